@@ -1,0 +1,56 @@
+"""One attention signature, two backends: flash-attn's KV-cache kernel on CUDA when it is
+installed, torch SDPA everywhere else.
+
+Causality is bottom-right aligned: the T new queries are the last T of the S visible positions,
+so query t sees keys [0, S - T + t]. This lets several new tokens (prefill chunks, speculative
+verification) attend to a cache of any length, including the gathered retrieval cache.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+
+@functools.cache
+def _flash_attn_with_kvcache():
+    try:
+        from flash_attn import flash_attn_with_kvcache  # optional GPU dependency
+    except ImportError:
+        return None
+    return flash_attn_with_kvcache
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q [B, H, T, D], k/v [B, Hkv, S, D] (S >= T) -> [B, T, H, D] (ready for o_proj)."""
+    flash = _flash_attn_with_kvcache() if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else None
+    if flash is not None:
+        return _attend_flash(flash, q, k, v)
+    return _attend_sdpa(q, k, v)
+
+
+def _attend_flash(flash, q, k, v):
+    # flash-attn wants [B, S, Hkv, D]; a transposed view of our layout has unit stride in D,
+    # which is all the kernel needs (no copy). GQA is native; causal is bottom-right aligned.
+    B, H, T, D = q.shape
+    seqlens = torch.full((B,), k.shape[2], dtype=torch.int32, device=q.device)
+    out = flash(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), cache_seqlens=seqlens, causal=True)
+    return out  # [B, T, H, D]
+
+
+def causal_mask(T: int, S: int, device: torch.device) -> torch.Tensor:
+    """Bottom-right aligned causal mask [T, S]: True where query t may attend key s."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _attend_sdpa(q, k, v):
+    # GQA without copying K/V: the G query heads that share a KV head are stacked along the
+    # query axis, [B, H, T, D] -> [B, Hkv, G*T, D], so every KV head is read once.
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = H // Hkv
+    q = q.reshape(B, Hkv, G * T, D)                       # heads h = kv * G + g (HF's repeat_kv order)
+    mask = None if T == 1 else causal_mask(T, S, q.device).repeat(G, 1)  # [G*T, S]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # [B, Hkv, G*T, D]
+    return out.view(B, H, T, D).transpose(1, 2)           # [B, T, H, D]

@@ -1,0 +1,26 @@
+"""The one cache interface every cache policy implements (full, retrieval, streaming, offloaded).
+
+A forward pass over T new tokens calls, in order:
+    cos, sin = cache.begin(T)              RoPE tables of the new tokens' positions, [B, T, D]
+    k, v = cache.update(layer, k, v)       per layer: store the new K/V (k before RoPE, [B, Hkv, T, D])
+                                           and return every key/value the queries may see, [B, Hkv, S, D]
+    cache.end()                            the T tokens now count in get_seq_length()
+and speculation rolls back with crop(n). Each policy decides where keys are rotated: the full and
+retrieval caches store them rotated at their absolute positions; the streaming cache stores them
+before RoPE and rotates them by cache slot, so a short-context drafter serves any prompt length.
+The new tokens are always the last T of the S returned positions (see attention.py).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class KVCache(Protocol):
+    def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def end(self) -> None: ...
+    def get_seq_length(self) -> int: ...
+    def crop(self, length: int) -> None: ...
+    def reset(self) -> None: ...

@@ -1,0 +1,53 @@
+"""Level 3 of the hierarchy: the full KV cache, preallocated once for the whole run.
+
+Layout: self.k[l] and self.v[l] are [B, Hkv, capacity, D]; positions [0, length) are filled, keys
+rotated at their absolute positions. crop(n) is O(1): it only moves the fill mark, so rolling back
+rejected speculative tokens costs nothing.
+"""
+from __future__ import annotations
+
+import torch
+
+from runtime.config import ModelConfig
+from runtime.rope import Rope
+
+
+class FullCache:
+    def __init__(self, cfg: ModelConfig, rope: Rope, batch: int, capacity: int,
+                 device: torch.device, dtype: torch.dtype):
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)  # [L, B, Hkv, S, D]
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.rope, self.batch, self.capacity = rope, batch, capacity
+        self.length = 0     # filled positions
+        self._new = 0       # tokens of the pass in flight (between begin and end)
+        self._cos = self._sin = None
+
+    def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.length + T > self.capacity:
+            raise ValueError(f"cache capacity {self.capacity} exceeded: {self.length} filled + {T} new")
+        positions = torch.arange(self.length, self.length + T, device=self.k.device).expand(self.batch, T)
+        self._new = T
+        self._cos, self._sin = self.rope.tables(positions)  # [B, T, D]
+        return self._cos, self._sin
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start, stop = self.length, self.length + self._new
+        self.k[layer, :, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
+        self.v[layer, :, :, start:stop] = v
+        return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]  # [B, Hkv, S, D]
+
+    def end(self) -> None:
+        self.length += self._new
+        self._new = 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")
+        self.length = length
+
+    def reset(self) -> None:
+        self.length = 0

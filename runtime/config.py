@@ -1,0 +1,227 @@
+"""Frozen configuration: the model's architecture (read from config.json) and a run's settings.
+
+YAML and command-line flags only fill these dataclasses; derived values are properties.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runtime.errors import UserError
+
+# Architectures our model code implements exactly; anything else is refused by name.
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str          # e.g. "LlamaForCausalLM"
+    vocab_size: int            # V
+    hidden_size: int           # E
+    intermediate_size: int     # F
+    num_layers: int            # L
+    num_heads: int             # H
+    num_kv_heads: int          # Hkv (H when the checkpoint has no GQA)
+    head_dim: int              # D
+    max_position_embeddings: int  # positions the checkpoint was trained for (after its own RoPE scaling)
+    rms_norm_eps: float        # RMSNorm epsilon
+    rope_theta: float          # RoPE base
+    rope_scaling: dict | None  # HF rope_scaling dict ({"rope_type": ..., "factor": ...}) or None
+    tie_word_embeddings: bool  # lm_head shares the embedding matrix
+    qkv_bias: bool             # q/k/v projections carry a bias (Qwen2, Llama attention_bias)
+    o_bias: bool               # o_proj carries a bias (Llama attention_bias only)
+    mlp_bias: bool             # MLP projections carry biases (Llama mlp_bias)
+    sliding_window: int | None # Mistral-style local attention window; we refuse contexts beyond it
+    eos_token_ids: tuple[int, ...] = ()  # generation stops on any of these
+    bos_token_id: int | None = None      # prepended by the tokenizer when it does so itself
+
+    @property
+    def group_size(self) -> int:
+        """G: query heads per KV head."""
+        return self.num_heads // self.num_kv_heads
+
+    @property
+    def rope_type(self) -> str:
+        if not self.rope_scaling:
+            return "default"
+        return self.rope_scaling.get("rope_type", self.rope_scaling.get("type", "default"))
+
+    @property
+    def max_context(self) -> int:
+        """Longest context (prompt + new tokens) this configuration supports. Checkpoints with
+        dynamic NTK scaling state their original length and stretch it by the factor."""
+        if self.rope_type == "dynamic" and "original_max_position_embeddings" not in self.rope_scaling:
+            return int(self.max_position_embeddings * self.rope_scaling["factor"])
+        return self.max_position_embeddings
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """Bytes of K and V one token occupies across all layers."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes
+
+    @staticmethod
+    def from_dir(model_dir: str | Path) -> "ModelConfig":
+        return model_config_from_dict(read_config_json(model_dir))
+
+
+def read_config_json(model_dir: str | Path) -> dict:
+    model_dir = Path(model_dir)
+    if not model_dir.exists():
+        raise UserError(f"model directory {str(model_dir)!r} does not exist; pass --model DIR with a "
+                        "Hugging Face checkpoint (config.json + *.safetensors), or omit --model for the default")
+    if not model_dir.is_dir():
+        raise UserError(f"--model {str(model_dir)!r} is a file; pass the checkpoint directory that holds it")
+    path = model_dir / "config.json"
+    if not path.exists():
+        found = ", ".join(sorted(p.name for p in model_dir.iterdir())[:8]) or "nothing"
+        raise UserError(f"{str(model_dir)!r} has no config.json (found: {found}); pass a Hugging Face "
+                        "checkpoint directory")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e}); re-export the checkpoint") from None
+
+
+def _rope_fields(raw: dict) -> tuple[float, dict | None]:
+    """RoPE base and scaling from either the classic (rope_theta + rope_scaling) or the
+    transformers-5 (rope_parameters) form of config.json."""
+    params = raw.get("rope_parameters") or {}
+    scaling = raw.get("rope_scaling") or None
+    if params and params.get("rope_type", "default") != "default":
+        scaling = dict(params)
+    theta = float(raw.get("rope_theta", params.get("rope_theta", 10000.0)))
+    if scaling is not None:
+        scaling = {k: v for k, v in scaling.items() if k != "rope_theta"}
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            raise UserError(f"RoPE scaling type {kind!r} is not supported; supported: {', '.join(ROPE_TYPES)}")
+        if kind == "default":
+            scaling = None
+    return theta, scaling
+
+
+def model_config_from_dict(raw: dict) -> ModelConfig:
+    archs = raw.get("architectures") or [raw.get("model_type", "?")]
+    arch = archs[0]
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise UserError(f"architecture {arch!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    heads = int(raw["num_attention_heads"])
+    theta, scaling = _rope_fields(raw)
+    eos = raw.get("eos_token_id")
+    eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+    is_qwen2 = arch == "Qwen2ForCausalLM"
+    attention_bias = bool(raw.get("attention_bias", False))
+    window = raw.get("sliding_window") if (not is_qwen2 or raw.get("use_sliding_window")) else None
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=int(raw["vocab_size"]),
+        hidden_size=int(raw["hidden_size"]),
+        intermediate_size=int(raw["intermediate_size"]),
+        num_layers=int(raw["num_hidden_layers"]),
+        num_heads=heads,
+        num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+        head_dim=int(raw.get("head_dim") or raw["hidden_size"] // heads),
+        max_position_embeddings=int(raw.get("max_position_embeddings", 2048)),
+        rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+        qkv_bias=is_qwen2 or attention_bias,
+        o_bias=attention_bias and not is_qwen2,
+        mlp_bias=bool(raw.get("mlp_bias", False)),
+        sliding_window=int(window) if window else None,
+        eos_token_ids=eos_ids,
+        bos_token_id=raw.get("bos_token_id"),
+    )
+
+
+def with_rope_scaling(cfg: ModelConfig, spec: str | None) -> ModelConfig:
+    """Extend a model's context with RoPE scaling given as TYPE:FACTOR (linear, dynamic or yarn)."""
+    if not spec:
+        return cfg
+    kind, _, factor_s = spec.partition(":")
+    try:
+        factor = float(factor_s)
+    except ValueError:
+        factor = float("nan")
+    if kind not in ("linear", "dynamic", "yarn") or not math.isfinite(factor) or factor <= 1:
+        raise UserError(f"--rope-scaling {spec!r}: expected TYPE:FACTOR with TYPE linear, dynamic or yarn "
+                        "and FACTOR > 1, e.g. yarn:4")
+    if cfg.rope_scaling:
+        raise UserError(f"--rope-scaling {spec!r}: the checkpoint already uses {cfg.rope_type} RoPE scaling; "
+                        "stacking a second one is not supported")
+    scaling = {"rope_type": kind, "factor": factor, "original_max_position_embeddings": cfg.max_position_embeddings}
+    return dataclasses.replace(cfg, rope_scaling=scaling,
+                               max_position_embeddings=int(cfg.max_position_embeddings * factor))
+
+
+DTYPES = ("fp32", "bf16", "fp16")
+MODES = ("ar",)  # the speculative modes join here as they land
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str | None = None        # target checkpoint directory; None = the embedded default (SmolLM2-135M)
+    dtype: str = "fp32"             # weights and KV dtype: fp32 | bf16 | fp16
+    device: str = "auto"            # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
+    mode: str = "ar"                # decoding mode (see MODES)
+    max_new_tokens: int = 256       # tokens generated after the prompt (fewer if EOS comes first)
+    temperature: float = 0.0        # 0 = greedy (exact argmax)
+    top_p: float = 1.0              # nucleus sampling mass, (0, 1]
+    top_k: int = 0                  # keep the k most likely tokens; 0 = off
+    seed: int = 0                   # seeds the sampler's torch.Generator
+    prefill_chunk: int = 1024       # prompt tokens per prefill forward; bounds activation memory
+    rope_scaling: str | None = None # TYPE:FACTOR to extend the context, e.g. yarn:4 (see README)
+    chat: bool = False              # wrap the prompt in the tokenizer's chat template
+    prompt: str | None = None       # prompt text (the CLI's --prompt)
+    prompt_file: str | None = None  # file holding the prompt (the CLI's --prompt-file)
+    kjv_books: tuple[str, ...] = () # prompt = these books of the embedded KJV (long-context demo jobs)
+    question: str | None = None     # appended after the prompt's text (long-context QA jobs)
+
+    def validate(self) -> "RunConfig":
+        if self.dtype not in DTYPES:
+            raise UserError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.mode not in MODES:
+            raise UserError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.max_new_tokens < 1:
+            raise UserError(f"max_new_tokens {self.max_new_tokens} must be at least 1")
+        if self.prefill_chunk < 1:
+            raise UserError(f"prefill_chunk {self.prefill_chunk} must be at least 1")
+        self.sampling.validate()
+        return self
+
+    @property
+    def sampling(self):
+        from runtime.sampling import SamplingParams
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+
+
+def load_run_config(path: str | Path | None, **overrides: Any) -> RunConfig:
+    """RunConfig from a YAML file (optional) with keyword overrides on top (None = not given)."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as e:
+            raise UserError(f"cannot read config {str(path)!r}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise UserError(f"config {str(path)!r} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise UserError(f"config {str(path)!r} must be a mapping of keys to values")
+        values.update(loaded)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if isinstance(values.get("kjv_books"), (list, str)):
+        books = values["kjv_books"]
+        values["kjv_books"] = tuple(books.split(",") if isinstance(books, str) else books)
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UserError(f"unknown config key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(known))}")
+    return RunConfig(**values).validate()

@@ -1,0 +1,165 @@
+"""Llama-family decoder (Llama 1-3, Mistral, Qwen2, SmolLM2): forward(tokens, cache) -> logits.
+
+Module names mirror Hugging Face checkpoints (model.layers.N.self_attn.q_proj, ...), so a
+checkpoint's tensors are assigned to the modules as they are: the model is built on the meta
+device and loaded with load_state_dict(assign=True), with no random init and no second copy.
+The model knows nothing about caches beyond the KVCache interface, nor about parallelism or
+offloading (those transform a plain model).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors import safe_open
+
+from runtime.attention import attend
+from runtime.cache import KVCache
+from runtime.config import ModelConfig
+from runtime.errors import UserError
+from runtime.rope import Rope
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in fp32, as the checkpoints were trained (and as transformers does).
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer, self.H, self.Hkv, self.D = layer, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        E = cfg.hidden_size
+        self.q_proj = nn.Linear(E, self.H * self.D, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(self.H * self.D, E, bias=cfg.o_bias)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        B, T, _ = x.shape                                              # x [B, T, E]
+        q = self.q_proj(x).view(B, T, self.H, self.D).transpose(1, 2)    # [B, H, T, D]
+        k = self.k_proj(x).view(B, T, self.Hkv, self.D).transpose(1, 2)  # [B, Hkv, T, D] before RoPE
+        v = self.v_proj(x).view(B, T, self.Hkv, self.D).transpose(1, 2)  # [B, Hkv, T, D]
+        q = Rope.rotate(q, cos, sin)
+        k, v = cache.update(self.layer, k, v)                           # [B, Hkv, S, D]
+        out = attend(q, k, v)                                          # [B, T, H, D]
+        return self.o_proj(out.reshape(B, T, self.H * self.D))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        E, F_ = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = nn.Linear(E, F_, bias=cfg.mlp_bias)
+        self.up_proj = nn.Linear(E, F_, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(F_, E, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, cache):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def rope(self, run_length: int) -> Rope:
+        """RoPE tables for a run of `run_length` positions (prompt + new tokens)."""
+        return Rope(self.cfg, run_length, self.device, self.dtype)
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, V] float32 ([B, 1, V] with last_only, as prefill wants)."""
+        cos, sin = cache.begin(tokens.shape[1])
+        x = self.model.embed_tokens(tokens)                            # [B, T, E]
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, cache)
+        cache.end()
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(self.model.norm(x)).float()                # [B, T, V]
+
+
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [model_dir / n for n in names]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        found = ", ".join(sorted(p.name for p in model_dir.iterdir())[:8])
+        raise UserError(f"{str(model_dir)!r} has no *.safetensors weights (found: {found}); "
+                        "convert the checkpoint to safetensors (save_pretrained(..., safe_serialization=True))")
+    return files
+
+
+def load_model(model_dir: str | Path, dtype: str = "fp32", device: str | torch.device = "cpu",
+               cfg: ModelConfig | None = None) -> Transformer:
+    """Builds the model on the meta device and assigns the checkpoint's tensors to it."""
+    model_dir = Path(model_dir)
+    cfg = cfg or ModelConfig.from_dir(model_dir)
+    torch_dtype, device = TORCH_DTYPES[dtype], torch.device(device)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    expected = set(model.state_dict())
+    state = {}
+    for path in checkpoint_files(model_dir):
+        with safe_open(str(path), framework="pt", device=str(device)) as f:
+            for name in f.keys():
+                if name in expected:  # skips e.g. rotary inv_freq buffers some exports carry
+                    state[name] = f.get_tensor(name).to(torch_dtype)
+    if cfg.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+        expected.discard("lm_head.weight")
+    missing = sorted(expected - set(state))
+    if missing:
+        raise UserError(f"checkpoint {str(model_dir)!r} lacks {len(missing)} tensor(s), e.g. {missing[:3]}; "
+                        "is it a complete Llama-family checkpoint?")
+    model.load_state_dict(state, strict=False, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,103 @@
+"""Rotary position embeddings with the scaling types Llama-family checkpoints use.
+
+Frequencies follow transformers' `modeling_rope_utils` (default, linear, dynamic NTK, llama3, yarn).
+One deliberate difference: dynamic NTK fixes its base for the whole run (from the run's total
+length, prompt + new tokens), where transformers recomputes it at every forward pass. Speculative
+decoding rolls the cache back and re-rotates streaming keys, so every key of a run must share one
+rotation; for runs within the original length both are identical.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from runtime.config import ModelConfig
+
+
+def inverse_frequencies(cfg: ModelConfig, run_length: int) -> tuple[torch.Tensor, float]:
+    """Returns (inv_freq [D/2] float32, attention_scaling) for a run of `run_length` positions."""
+    dim, base = cfg.head_dim, cfg.rope_theta
+    scaling = cfg.rope_scaling or {}
+    kind = cfg.rope_type
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    if kind == "dynamic":
+        original = scaling.get("original_max_position_embeddings", cfg.max_position_embeddings)
+        length = max(run_length, original)
+        factor = scaling["factor"]
+        base = base * ((factor * length / original) - (factor - 1)) ** (dim / (dim - 2))
+    inv_freq = 1.0 / (base ** exponents)
+    if kind == "linear":
+        return inv_freq / scaling["factor"], 1.0
+    if kind == "llama3":
+        return _llama3(inv_freq, scaling), 1.0
+    if kind == "yarn":
+        return _yarn(cfg, scaling)
+    return inv_freq, 1.0
+
+
+def _llama3(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old_len = s["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old_len / high) & ~(wavelen > old_len / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def _yarn(cfg: ModelConfig, s: dict) -> tuple[torch.Tensor, float]:
+    dim, base, factor = cfg.head_dim, cfg.rope_theta, s["factor"]
+    original = s.get("original_max_position_embeddings", cfg.max_position_embeddings)
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention_factor = s.get("attention_factor")
+    if attention_factor is None:
+        if s.get("mscale") and s.get("mscale_all_dim"):
+            attention_factor = mscale(factor, s["mscale"]) / mscale(factor, s["mscale_all_dim"])
+        else:
+            attention_factor = mscale(factor)
+    beta_fast, beta_slow = s.get("beta_fast") or 32, s.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # avoid a zero-width ramp
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    extrapolation = 1 - ramp
+    inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
+    return inv_freq, float(attention_factor)
+
+
+class Rope:
+    """cos/sin tables for given positions, and the rotation itself (HF's rotate_half convention)."""
+
+    def __init__(self, cfg: ModelConfig, run_length: int, device: torch.device, dtype: torch.dtype):
+        inv_freq, self.attention_scaling = inverse_frequencies(cfg, run_length)
+        self.inv_freq = inv_freq.to(device)
+        self.dtype = dtype
+
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [B, T] int64 -> cos, sin [B, T, D] in the model dtype (computed in fp32)."""
+        freqs = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)                 # [B, T, D]
+        cos = (emb.cos() * self.attention_scaling).to(self.dtype)
+        sin = (emb.sin() * self.attention_scaling).to(self.dtype)
+        return cos, sin
+
+    @staticmethod
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [B, h, T, D], cos/sin [B, T, D] -> [B, h, T, D]."""
+        cos, sin = cos[:, None], sin[:, None]
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin

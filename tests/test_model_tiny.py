@@ -1,0 +1,150 @@
+"""Our model against transformers' own, on tiny random checkpoints of every supported flavour.
+
+Random weights are fine here: the claim is exactness of the forward pass, not quality.
+"""
+import json
+
+import pytest
+import torch
+
+from runtime.cache_full import FullCache
+from runtime.config import ModelConfig, with_rope_scaling
+from runtime.errors import UserError
+from runtime.model import load_model
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+
+
+def save_tiny(tmp_path, config_cls, model_cls, **overrides):
+    torch.manual_seed(0)
+    cfg = config_cls(**{**TINY, **overrides})
+    model_cls(cfg).eval().save_pretrained(tmp_path)
+    return tmp_path
+
+
+def full_cache(model, T, batch=1):
+    return FullCache(model.cfg, model.rope(T), batch, T, model.device, model.dtype)
+
+
+def assert_matches_hf(model_dir, tokens, dtype="fp32", rtol=1e-5):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ours = load_model(model_dir, dtype)
+    with torch.no_grad():
+        ref = hf(tokens).logits
+    got = ours(tokens, full_cache(ours, tokens.shape[1], tokens.shape[0]))
+    err = ((got - ref).abs().max() / ref.abs().max()).item()
+    assert err < rtol, f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("flavour", ["llama-untied", "llama-tied", "llama-bias", "mistral", "qwen2", "mha"])
+def test_forward_matches_transformers(tmp_path, flavour):
+    t = transformers
+    make = {
+        "llama-untied": lambda: save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM, tie_word_embeddings=False),
+        "llama-tied": lambda: save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM, tie_word_embeddings=True),
+        "llama-bias": lambda: save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM, attention_bias=True,
+                                        mlp_bias=True),
+        "mistral": lambda: save_tiny(tmp_path, t.MistralConfig, t.MistralForCausalLM, sliding_window=None),
+        "qwen2": lambda: save_tiny(tmp_path, t.Qwen2Config, t.Qwen2ForCausalLM, tie_word_embeddings=False),
+        "mha": lambda: save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM, num_key_value_heads=4),
+    }[flavour]
+    model_dir = make()
+    tokens = torch.randint(0, TINY["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(1))
+    assert_matches_hf(model_dir, tokens)
+
+
+ROPE_SCALINGS = {
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 4.0},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 32},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ROPE_SCALINGS))
+def test_rope_scaling_matches_transformers(tmp_path, kind):
+    t = transformers
+    model_dir = save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM, max_position_embeddings=32)
+    raw = json.loads((model_dir / "config.json").read_text())
+    theta = raw.get("rope_theta") or (raw.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    raw.pop("rope_parameters", None)
+    raw["rope_theta"], raw["rope_scaling"] = theta, ROPE_SCALINGS[kind]
+    (model_dir / "config.json").write_text(json.dumps(raw))
+    # 100 positions: beyond the original 32, where every scaling type differs from plain RoPE
+    tokens = torch.randint(0, TINY["vocab_size"], (1, 100), generator=torch.Generator().manual_seed(2))
+    assert_matches_hf(model_dir, tokens)
+
+
+def test_chunked_prefill_and_decode_equal_one_forward(tmp_path):
+    t = transformers
+    model = load_model(save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM))
+    tokens = torch.randint(0, TINY["vocab_size"], (2, 60), generator=torch.Generator().manual_seed(3))
+    whole = model(tokens, full_cache(model, 60, batch=2))
+    cache = full_cache(model, 60, batch=2)
+    parts = [model(tokens[:, :17], cache), model(tokens[:, 17:50], cache)]
+    parts += [model(tokens[:, i:i + 1], cache) for i in range(50, 60)]
+    torch.testing.assert_close(torch.cat(parts, 1), whole, rtol=1e-5, atol=1e-5)
+
+
+def test_crop_rolls_back_exactly(tmp_path):
+    t = transformers
+    model = load_model(save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM))
+    tokens = torch.randint(0, TINY["vocab_size"], (1, 30), generator=torch.Generator().manual_seed(4))
+    cache = full_cache(model, 40)
+    model(tokens[:, :20], cache)
+    expected = model(tokens[:, 20:25], cache)
+    model(tokens[:, 25:30], cache)           # speculative tokens, then rejected
+    cache.crop(20)
+    assert cache.get_seq_length() == 20
+    torch.testing.assert_close(model(tokens[:, 20:25], cache), expected)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_half_precision_close_to_fp32(tmp_path, dtype):
+    t = transformers
+    model_dir = save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM)
+    tokens = torch.randint(0, TINY["vocab_size"], (1, 30), generator=torch.Generator().manual_seed(5))
+    ref = load_model(model_dir, "fp32")
+    half = load_model(model_dir, dtype)
+    assert half.lm_head.weight.dtype == {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    a = ref(tokens, full_cache(ref, 30))
+    b = half(tokens, full_cache(half, 30))
+    assert ((a - b).abs().max() / a.abs().max()).item() < 0.05
+
+
+def test_unsupported_architecture_refused_by_name(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(UserError, match="GPT2LMHeadModel"):
+        ModelConfig.from_dir(tmp_path)
+
+
+def test_missing_dir_and_config_errors(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        ModelConfig.from_dir(tmp_path / "nope")
+    with pytest.raises(UserError, match="no config.json"):
+        ModelConfig.from_dir(tmp_path)
+
+
+def test_missing_tensors_named(tmp_path):
+    t = transformers
+    model_dir = save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM)
+    raw = json.loads((model_dir / "config.json").read_text())
+    raw["num_hidden_layers"] = 3
+    (model_dir / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(UserError, match="model.layers.2"):
+        load_model(model_dir)
+
+
+def test_rope_scaling_flag_extends_context():
+    base = ModelConfig(architecture="LlamaForCausalLM", vocab_size=10, hidden_size=8, intermediate_size=8,
+                       num_layers=1, num_heads=2, num_kv_heads=1, head_dim=4, max_position_embeddings=8192,
+                       rms_norm_eps=1e-5, rope_theta=1e5, rope_scaling=None, tie_word_embeddings=True,
+                       qkv_bias=False, o_bias=False, mlp_bias=False, sliding_window=None)
+    assert with_rope_scaling(base, "yarn:4").max_context == 32768
+    for bad in ("yarn", "cubic:4", "linear:0.5"):
+        with pytest.raises(UserError, match="rope-scaling"):
+            with_rope_scaling(base, bad)
