@@ -1,0 +1,121 @@
+"""Logits -> probabilities (temperature, top-k, top-p), sampling, and the residual distribution.
+
+The same `probs_from_logits` is applied at every level of the hierarchy (drafter, retrieval
+middle level, full target), so every level speculates against the distribution it will be
+verified with. Greedy decoding is not a separate path: temperature 0 yields a one-hot
+distribution at the argmax, and speculative acceptance on one-hot rows reduces exactly to
+"accept iff the argmaxes agree, else emit the verifier's argmax" (see runtime/accept.py).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from runtime.errors import UserError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy (exact argmax, no division); > 0 divides the logits
+    top_p: float = 1.0        # nucleus: keep the smallest set of tokens holding >= top_p mass; 1 = off
+    top_k: int = 0            # keep only the k most likely tokens (ties at the k-th are kept); 0 = off
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> "SamplingParams":
+        t, p, k = self.temperature, self.top_p, self.top_k
+        if not (isinstance(t, numbers.Real) and math.isfinite(t) and t >= 0):
+            raise UserError(f"temperature {t!r} must be a finite number >= 0 (0 = greedy)")
+        # Written as "not (in range)" so that NaN, which fails every comparison, is refused too.
+        if not (isinstance(p, numbers.Real) and 0.0 < p <= 1.0):
+            raise UserError(f"top_p {p!r} must be in (0, 1] (1 = off)")
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise UserError(f"top_k {k!r} must be an integer >= 0 (0 = off)")
+        return self
+
+
+def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """The distribution a level samples from and is verified with.
+
+    # logits  [..., V] any float dtype
+    # returns [..., V] float32, rows sum to 1
+    """
+    logits = logits.float()
+    if params.greedy:
+        # One-hot at the argmax: no division by temperature 0, hence no NaN, and -inf or huge
+        # logits are harmless. torch.argmax breaks ties by the lowest index.
+        best = logits.argmax(dim=-1, keepdim=True)                       # [..., 1]
+        return torch.zeros_like(logits).scatter_(-1, best, 1.0)
+
+    # Shift so the row maximum is 0 before dividing: logits / 0.01 overflows float32 for logits
+    # near 1e36, while (logits - max) / t only ever moves values towards -inf, where exp is 0.
+    # Softmax is shift-invariant, so the distribution is unchanged. (A row of all -inf, or one
+    # holding +inf, has no distribution; it yields NaN as in torch.softmax.)
+    scaled = (logits - logits.amax(dim=-1, keepdim=True)) / params.temperature   # [..., V]
+    scaled = _keep_top_k(scaled, params.top_k)
+    probs = torch.softmax(scaled, dim=-1)
+    return _keep_top_p(probs, params.top_p)
+
+
+def _keep_top_k(scaled: torch.Tensor, k: int) -> torch.Tensor:
+    """Set every logit below the k-th largest to -inf. Ties at the k-th value are all kept, so
+    the kept set does not depend on the order of equal logits."""
+    if k == 0 or k >= scaled.shape[-1]:
+        return scaled
+    kth = scaled.topk(k, dim=-1).values[..., -1:]                        # [..., 1]
+    return scaled.masked_fill(scaled < kth, float("-inf"))
+
+
+def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p, then renormalize.
+
+    A token is kept iff the mass strictly before it (in descending order) is < top_p; the top
+    token has 0 before it, so it is always kept however small top_p is.
+    """
+    if top_p >= 1.0:
+        return probs
+    # stable=True: equal probabilities keep index order, so the cut is deterministic.
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)   # [..., V]
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs                 # [..., V]
+    keep_sorted = mass_before < top_p                                        # [..., V]
+    keep = torch.empty_like(keep_sorted).scatter_(-1, order, keep_sorted)    # back to vocab order
+    kept = probs * keep
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row, reproducible for a seeded generator (on the same device as probs).
+
+    # probs   [..., V] (typically [B, V])
+    # returns [...] int64
+    """
+    flat = probs.reshape(-1, probs.shape[-1])                            # [N, V]
+    drawn = torch.multinomial(flat, 1, generator=generator)              # [N, 1]
+    # torch.multinomial(p, 1) races p / Exp(1) draws; a 0 from exponential_ makes 0/0 = NaN,
+    # which argmax picks, so a zero-probability token can come out (pytorch#48841, #50034,
+    # MPS #192577; none seen in 2e7 CPU draws on torch 2.13). Such a token is impossible, and
+    # on a one-hot (greedy) row it would break exactness, so fall back to the row's argmax:
+    # one-hot rows then always return their argmax, and other rows change only on that rare bug.
+    drawn_prob = flat.gather(-1, drawn)                                  # [N, 1]
+    tokens = torch.where(drawn_prob > 0, drawn, flat.argmax(dim=-1, keepdim=True))
+    return tokens.reshape(probs.shape[:-1])
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)): where a rejected draft samples its recovered token from.
+
+    # p, q    [..., V] verifier and drafter distributions
+    # returns [..., V]
+    """
+    excess = (p - q).clamp_min(0.0)                                      # [..., V]
+    mass = excess.sum(dim=-1, keepdim=True)                              # [..., 1]
+    # In exact arithmetic a rejection implies p(x) < q(x) for the drafted x, hence mass > 0.
+    # Float round-off can still leave mass == 0 when p and q agree to the last bit elsewhere;
+    # then p itself is the right answer (p == q means the residual is undefined and p is what
+    # the verifier wants), and we never divide 0 by 0.
+    return torch.where(mass > 0, excess / mass.clamp_min(torch.finfo(excess.dtype).tiny), p)
