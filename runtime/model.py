@@ -114,6 +114,10 @@ class Transformer(nn.Module):
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
         """tokens [B, T] -> logits [B, T, V] float32 ([B, 1, V] with last_only, as prefill wants)."""
+        return self.logits(tokens, cache, last_only)
+
+    def logits(self, tokens: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
+        """forward() without inference mode, for training (distillation) through autograd."""
         cos, sin = cache.begin(tokens.shape[1])
         x = self.model.embed_tokens(tokens)                            # [B, T, E]
         for layer in self.model.layers:
