@@ -1,0 +1,133 @@
+"""`triforce` command line. Flags and JSON keys here are a contract users script against:
+add, never rename."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from runtime.config import DTYPES, MODES, RunConfig, load_run_config
+from runtime.errors import UserError
+
+
+def _add_generate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML file of run settings (flags override it)")
+    p.add_argument("--model", help="Hugging Face checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", help="file holding the prompt text (UTF-8)")
+    p.add_argument("--question", help="text appended after the prompt (long-context QA)")
+    p.add_argument("--chat", action="store_true", default=None, help="wrap the prompt in the tokenizer's chat template")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--mode", choices=MODES)
+    p.add_argument("--temperature", type=float, help="0 = greedy (exact argmax)")
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--dtype", choices=DTYPES)
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--prefill-chunk", type=int, help="prompt tokens per prefill forward pass")
+    p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR with TYPE linear|dynamic|yarn, e.g. yarn:4")
+    p.add_argument("--json", help="write the result (token ids, text, stats) to this JSON file")
+    p.add_argument("--quiet", action="store_true", help="do not stream text to stdout")
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig:
+    keys = ("model", "prompt", "prompt_file", "question", "chat", "max_new_tokens", "mode", "temperature",
+            "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling")
+    return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
+
+
+def prompt_text(run: RunConfig) -> str:
+    if run.prompt is not None:
+        text = run.prompt
+    elif run.prompt_file is not None:
+        path = Path(run.prompt_file).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UserError(f"prompt file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read prompt file {str(path)!r} as UTF-8 text: {e}") from None
+    elif run.kjv_books:
+        from runtime.assets import kjv_books
+        text = kjv_books(list(run.kjv_books))
+    else:
+        raise UserError("no prompt: pass --prompt TEXT or --prompt-file PATH")
+    if run.question:
+        text = f"{text}\n\n{run.question}"
+    return text
+
+
+class TextStream:
+    """Prints decoded text as tokens arrive, holding back incomplete UTF-8 sequences."""
+
+    def __init__(self, tokenizer, out=None):
+        self.tokenizer, self.out, self.ids, self.printed = tokenizer, out or sys.stdout, [], 0
+
+    def __call__(self, new_ids: list[int]) -> None:
+        self.ids += new_ids
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return
+        self.out.write(text[self.printed:])
+        self.out.flush()
+        self.printed = len(text)
+
+    def close(self) -> None:
+        self.out.write("\n")
+        self.out.flush()
+
+
+def progress(message: str) -> None:
+    end = "\r" if sys.stderr.isatty() else "\n"
+    print(f"[triforce] {message}", file=sys.stderr, end=end, flush=True)
+
+
+def summary_line(result) -> str:
+    s = result.stats
+    return (f"mode={result.mode} prompt={result.prompt_tokens} tokens | prefill {s['prefill_s']:.2f} s "
+            f"({s['prefill_tokens_per_s']} tok/s) | decode {s['new_tokens']} tokens in {s['decode_s']:.2f} s "
+            f"= {s['tokens_per_s']} tok/s ({s['ms_per_token']} ms/token) | stopped by {result.stopped_by}")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from runtime.engine import Engine
+    run = run_config_from_args(args)
+    text = prompt_text(run)
+    engine = Engine(run)
+    prompt_ids = engine.encode(text, chat=run.chat)
+    engine.check_length(len(prompt_ids), run.max_new_tokens)
+    progress(f"model {engine.model_dir} ({run.dtype}, {engine.device}); prompt {len(prompt_ids)} tokens; "
+             f"mode {run.mode}")
+    stream = None if args.quiet else TextStream(engine.tokenizer)
+    result = engine.generate(prompt_ids, run, on_tokens=stream,
+                             on_prefill=lambda n: progress(f"prefill {n}/{len(prompt_ids)} tokens"))
+    if stream:
+        stream.close()
+    print(f"[triforce] {summary_line(result)}", file=sys.stderr, flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.to_json(), indent=1))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="triforce", description="TriForce long-context speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="generate text from a prompt")
+    _add_generate_args(gen)
+    gen.set_defaults(func=cmd_generate)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as e:
+        print(f"triforce: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("triforce: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

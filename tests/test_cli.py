@@ -1,0 +1,91 @@
+"""`triforce generate`: the contract users script against, and one clear line for each bad input."""
+import json
+
+import pytest
+
+from runtime.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(code, err, *needles):
+    assert code == 2
+    assert "Traceback" not in err
+    line = [l for l in err.splitlines() if l.startswith("triforce: error:")]
+    assert len(line) == 1, err
+    for needle in needles:
+        assert needle in line[0], line[0]
+
+
+def test_generate_streams_text_and_writes_json(capsys, tmp_path, default_model_dir):
+    out_json = tmp_path / "r.json"
+    code, out, err = run_cli(capsys, "generate", "--prompt", "The capital of France is",
+                             "--max-new-tokens", "6", "--json", str(out_json))
+    assert code == 0
+    result = json.loads(out_json.read_text())
+    assert {"model_path", "mode", "prompt_tokens", "token_ids", "text", "stats"} <= set(result)
+    assert {"prefill_s", "decode_s", "tokens_per_s"} <= set(result["stats"])
+    assert result["model_path"] == str(default_model_dir)
+    assert result["mode"] == "ar" and result["prompt_tokens"] == 5
+    assert 1 <= len(result["token_ids"]) <= 6
+    assert result["text"].strip() and result["text"].strip() in out  # streamed to stdout
+    assert "decode" in err and "tok/s" in err                          # figures on stderr
+
+
+def test_config_file_fills_flags_and_flags_override(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_new_tokens: 3\ntemperature: 0.0\nprompt: Hello\n")
+    out_json = tmp_path / "r.json"
+    code, _, _ = run_cli(capsys, "generate", "--config", str(cfg), "--max-new-tokens", "2",
+                         "--json", str(out_json))
+    assert code == 0
+    assert len(json.loads(out_json.read_text())["token_ids"]) <= 2
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--model", "/nonexistent/dir", "--prompt", "x"], ["/nonexistent/dir", "does not exist"]),
+    (["--prompt-file", "/nonexistent/p.txt"], ["/nonexistent/p.txt"]),
+    (["--prompt", "   "], ["prompt is empty"]),
+    (["--prompt", "x", "--temperature", "-1"], ["temperature", "-1"]),
+    (["--prompt", "x", "--top-p", "1.5"], ["top_p", "1.5"]),
+    (["--prompt", "x", "--top-k", "-3"], ["top_k", "-3"]),
+    (["--prompt", "x", "--max-new-tokens", "0"], ["max_new_tokens", "0"]),
+    (["--prompt", "x", "--rope-scaling", "cubic:2"], ["cubic:2"]),
+    ([], ["no prompt"]),
+])
+def test_bad_input_gets_one_clear_line(capsys, argv, needles):
+    code, _, err = run_cli(capsys, "generate", *argv)
+    assert_user_error(code, err, *needles)
+
+
+def test_model_dir_problems(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "generate", "--model", str(tmp_path), "--prompt", "x")
+    assert_user_error(code, err, "config.json")
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"]}))
+    code, _, err = run_cli(capsys, "generate", "--model", str(tmp_path), "--prompt", "x")
+    assert_user_error(code, err, "BertForMaskedLM", "not supported")
+
+
+def test_unreadable_prompt_file(capsys, tmp_path):
+    bad = tmp_path / "bin.txt"
+    bad.write_bytes(b"\xff\xfe\x00\xc3")
+    code, _, err = run_cli(capsys, "generate", "--prompt-file", str(bad))
+    assert_user_error(code, err, str(bad), "UTF-8")
+
+
+def test_unknown_config_key(capsys, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_new_tokenz: 3\n")
+    code, _, err = run_cli(capsys, "generate", "--config", str(cfg), "--prompt", "x")
+    assert_user_error(code, err, "max_new_tokenz")
+
+
+def test_prompt_longer_than_the_model_says_the_limit_and_the_fix(capsys, tmp_path, default_model_dir):
+    long = tmp_path / "long.txt"
+    long.write_text("and it came to pass " * 2500)  # ~10K tokens > 8,192 positions
+    code, _, err = run_cli(capsys, "generate", "--prompt-file", str(long))
+    assert_user_error(code, err, "8192", "--rope-scaling")
