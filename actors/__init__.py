@@ -1,0 +1,1 @@
+"""Ray actors: thin shells over runtime/ and offload/ (see issue: distributed runtime)."""

@@ -1,0 +1,1 @@
+"""Host memory tier, copy streams and layer schedules (see issue: offloading)."""
