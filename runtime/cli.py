@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="generate text from a prompt")
     _add_generate_args(gen)
     gen.set_defaults(func=cmd_generate)
+    from runtime.bench import add_bench_parser
+    add_bench_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

