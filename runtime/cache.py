@@ -2,8 +2,10 @@
 
 A forward pass over T new tokens calls, in order:
     cos, sin = cache.begin(T)              RoPE tables of the new tokens' positions, [B, T, D]
-    k, v = cache.update(layer, k, v)       per layer: store the new K/V (k before RoPE, [B, Hkv, T, D])
-                                           and return every key/value the queries may see, [B, Hkv, S, D]
+    k, v = cache.update(layer, q, k, v)    per layer: store the new K/V (k before RoPE, [B, Hkv, T, D])
+                                           and return every key/value the queries may see, [B, Hkv, S, D];
+                                           q [B, H, T, D] (after RoPE) is shown to the cache so that the
+                                           retrieval policy can score chunks with the latest query
     cache.end()                            the T tokens now count in get_seq_length()
 and speculation rolls back with crop(n). Each policy decides where keys are rotated: the full and
 retrieval caches store them rotated at their absolute positions; the streaming cache stores them
@@ -19,7 +21,7 @@ import torch
 
 class KVCache(Protocol):
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]: ...
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
     def end(self) -> None: ...
     def get_seq_length(self) -> int: ...
     def crop(self, length: int) -> None: ...

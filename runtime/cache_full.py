@@ -2,7 +2,8 @@
 
 Layout: self.k[l] and self.v[l] are [B, Hkv, capacity, D]; positions [0, length) are filled, keys
 rotated at their absolute positions. crop(n) is O(1): it only moves the fill mark, so rolling back
-rejected speculative tokens costs nothing.
+rejected speculative tokens costs nothing. The query of the last token each layer saw is kept
+(last_query) because the retrieval cache scores the prompt's chunks with it.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class FullCache:
         shape = (cfg.num_layers, batch, cfg.num_kv_heads, capacity, cfg.head_dim)  # [L, B, Hkv, S, D]
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.last_query = torch.zeros(cfg.num_layers, batch, cfg.num_heads, cfg.head_dim,
+                                      device=device, dtype=dtype)  # [L, B, H, D]
         self.rope, self.batch, self.capacity = rope, batch, capacity
         self.length = 0     # filled positions
         self._new = 0       # tokens of the pass in flight (between begin and end)
@@ -31,10 +34,11 @@ class FullCache:
         self._cos, self._sin = self.rope.tables(positions)  # [B, T, D]
         return self._cos, self._sin
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         start, stop = self.length, self.length + self._new
         self.k[layer, :, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
         self.v[layer, :, :, start:stop] = v
+        self.last_query[layer] = q[:, :, -1]
         return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]  # [B, Hkv, S, D]
 
     def end(self) -> None:

@@ -54,7 +54,7 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(B, T, self.Hkv, self.D).transpose(1, 2)  # [B, Hkv, T, D] before RoPE
         v = self.v_proj(x).view(B, T, self.Hkv, self.D).transpose(1, 2)  # [B, Hkv, T, D]
         q = Rope.rotate(q, cos, sin)
-        k, v = cache.update(self.layer, k, v)                           # [B, Hkv, S, D]
+        k, v = cache.update(self.layer, q, k, v)                          # [B, Hkv, S, D]
         out = attend(q, k, v)                                          # [B, T, H, D]
         return self.o_proj(out.reshape(B, T, self.H * self.D))
 
