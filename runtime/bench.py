@@ -7,7 +7,7 @@ over the read bandwidth measured here.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -17,10 +17,8 @@ from pathlib import Path
 
 import torch
 
-from runtime.cache_full import FullCache
 from runtime.config import RunConfig
 from runtime.engine import Engine
-from runtime.generate import ARDecoder, decode, prefill
 from runtime.model import TORCH_DTYPES
 
 
@@ -50,18 +48,15 @@ def decode_bytes_per_token(model, context: int) -> int:
 
 
 def ours_decode_ms(engine: Engine, ids: list[int], new_tokens: int) -> tuple[float, float]:
-    """(prefill seconds, decode ms/token) of our AR path, greedy."""
-    model = engine.model
-    cache = FullCache(model.cfg, model.rope(len(ids) + new_tokens), 1, len(ids) + new_tokens,
-                      model.device, model.dtype)
+    """(prefill seconds, decode ms/token) of our AR path, greedy, never stopping early."""
     run = RunConfig(max_new_tokens=new_tokens)
-    start = time.perf_counter()
-    last = prefill(model, torch.tensor([ids], device=model.device), cache, run.prefill_chunk)
-    prefill_s = time.perf_counter() - start
-    decoder = ARDecoder(model, cache, last, run.sampling, torch.Generator().manual_seed(0))
-    start = time.perf_counter()
-    gen = decode(decoder, new_tokens, eos_ids=())
-    return prefill_s, 1000 * (time.perf_counter() - start) / len(gen.token_ids)
+    eos = engine.cfg.eos_token_ids
+    engine.cfg = dataclasses.replace(engine.cfg, eos_token_ids=())
+    try:
+        result = engine.generate(ids, run)
+    finally:
+        engine.cfg = dataclasses.replace(engine.cfg, eos_token_ids=eos)
+    return result.stats["prefill_s"], result.stats["ms_per_token"]
 
 
 def hf_decode_ms(hf, ids: list[int], new_tokens: int) -> tuple[float, float]:

@@ -162,7 +162,7 @@ def with_rope_scaling(cfg: ModelConfig, spec: str | None) -> ModelConfig:
 
 
 DTYPES = ("fp32", "bf16", "fp16")
-MODES = ("ar",)  # the speculative modes join here as they land
+MODES = ("ar", "spec", "retrieval", "streaming", "triforce")  # see runtime/speculate.py
 
 
 @dataclass(frozen=True)
@@ -183,6 +183,15 @@ class RunConfig:
     prompt_file: str | None = None  # file holding the prompt (the CLI's --prompt-file)
     kjv_books: tuple[str, ...] = () # prompt = these books of the embedded KJV (long-context demo jobs)
     question: str | None = None     # appended after the prompt's text (long-context QA jobs)
+    # --- speculation (modes spec, retrieval, streaming, triforce) ---
+    draft_model: str | None = None  # drafter checkpoint; None = the embedded drafter of the default target
+    gamma1: int = 2                 # tokens the drafter proposes per round to the middle level (triforce)
+    gamma2: int = 6                 # tokens proposed per round to the full target (all speculative modes)
+    draft_sinks: int = 16           # drafter StreamingLLM cache: sink tokens
+    draft_window: int = 240         # drafter StreamingLLM cache: recent tokens
+    retrieval_budget: int = 4096    # middle-level KV budget in tokens (also the `streaming` mode's cache)
+    chunk_size: int = 8             # retrieval chunk length in tokens
+    retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
 
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
@@ -193,8 +202,33 @@ class RunConfig:
             raise UserError(f"max_new_tokens {self.max_new_tokens} must be at least 1")
         if self.prefill_chunk < 1:
             raise UserError(f"prefill_chunk {self.prefill_chunk} must be at least 1")
+        for name in ("gamma1", "gamma2", "draft_window", "chunk_size"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} {getattr(self, name)} must be at least 1")
+        if self.draft_sinks < 0:
+            raise UserError(f"draft_sinks {self.draft_sinks} must be >= 0")
+        if self.retrieval_budget < 2 * self.chunk_size:
+            raise UserError(f"retrieval_budget {self.retrieval_budget} must hold at least two chunks of "
+                            f"chunk_size {self.chunk_size}")
+        self.rebuild_policy  # validates
         self.sampling.validate()
         return self
+
+    @property
+    def rebuild_policy(self) -> tuple[str, float]:
+        """("never", 0) | ("every", N tokens) | ("below", acceptance bound)."""
+        kind, _, value = self.retrieval_rebuild.partition(":")
+        try:
+            if kind == "never" and not value:
+                return "never", 0.0
+            if kind == "every" and int(value) >= 1:
+                return "every", float(int(value))
+            if kind == "below" and 0 < float(value) < 1:
+                return "below", float(value)
+        except ValueError:
+            pass
+        raise UserError(f"retrieval_rebuild {self.retrieval_rebuild!r}: expected never, every:N (N >= 1 tokens) "
+                        "or below:X (0 < X < 1 acceptance)")
 
     @property
     def sampling(self):

@@ -12,10 +12,13 @@ from typing import Callable
 import torch
 
 from runtime.cache_full import FullCache
+from runtime.cache_retrieval import RetrievalCache
+from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.errors import UserError
-from runtime.generate import ARDecoder, decode, prefill, timed
-from runtime.model import load_model
+from runtime.generate import decode, timed
+from runtime.model import Transformer, load_model
+from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
 
 
 def resolve_device(name: str) -> torch.device:
@@ -66,6 +69,24 @@ class Engine:
         self.tokenizer = load_tokenizer(self.model_dir)
         self.model = load_model(self.model_dir, run.dtype, self.device, self.cfg)
         self.dtype = run.dtype
+        self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
+
+    def load_drafter(self, run: RunConfig) -> Transformer:
+        if run.draft_model is None and run.model is not None:
+            raise UserError(f"mode {run.mode!r} needs a drafter for {str(self.model_dir)!r}: pass --draft-model DIR "
+                            "(a small checkpoint with the same tokenizer; `triforce distill` makes one)")
+        if run.draft_model is None:
+            from runtime.distill import default_drafter_dir
+            draft_dir = default_drafter_dir()
+        else:
+            draft_dir = Path(run.draft_model).expanduser().resolve()
+        draft_cfg = ModelConfig.from_dir(draft_dir)
+        check_same_tokenizer(self.model_dir, self.tokenizer, draft_dir, draft_cfg, self.cfg)
+        if draft_cfg.max_context < run.draft_sinks + run.draft_window:
+            raise UserError(f"drafter {str(draft_dir)!r} has {draft_cfg.max_context} positions, fewer than its "
+                            f"cache (draft_sinks {run.draft_sinks} + draft_window {run.draft_window}); shrink the window")
+        self.draft_dir = draft_dir
+        return load_model(draft_dir, run.dtype, self.device, draft_cfg)
 
     def encode(self, text: str, chat: bool = False) -> list[int]:
         if not text or not text.strip():
@@ -75,7 +96,7 @@ class Engine:
                 raise UserError(f"the tokenizer of {str(self.model_dir)!r} has no chat template; drop --chat")
             ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                      add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         return self.tokenizer.encode(text)
 
     def check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
@@ -91,25 +112,121 @@ class Engine:
             raise UserError(f"context of {prompt_tokens + max_new_tokens} tokens exceeds the checkpoint's "
                             f"sliding window {window}, which this runtime does not implement; shorten the prompt")
 
+    def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
+        """The levels of run.mode, smallest proposer first, and the gammas between them."""
+        params, dev, dt = run.sampling, self.device, self.model.dtype
+        rope = self.model.rope(capacity)
+        target = Level("target", self.model, FullCache(self.cfg, rope, 1, capacity, dev, dt), params,
+                       run.prefill_chunk)
+
+        def streaming(name, model, sinks, window):
+            cache = StreamingCache(model.cfg, model.rope(sinks + window), 1, sinks, window, dev, dt)
+            return Level(name, model, cache, params, max(1, window // 2))
+
+        def drafter():
+            return streaming("drafter", self.drafter, run.draft_sinks, run.draft_window)
+
+        def retrieval():
+            cache = RetrievalCache(self.cfg, rope, 1, run.retrieval_budget, run.chunk_size,
+                                   run.max_new_tokens + run.gamma2 + 2, dev, dt)
+            return Level("retrieval", self.model, cache, params, run.prefill_chunk)
+
+        if run.mode == "ar":
+            return [target], []
+        if run.mode == "spec":
+            return [drafter(), target], [run.gamma2]
+        if run.mode == "retrieval":
+            return [retrieval(), target], [run.gamma2]
+        if run.mode == "streaming":
+            sinks = min(run.draft_sinks, run.retrieval_budget // 2)
+            return [streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target], [run.gamma2]
+        return [drafter(), retrieval(), target], [run.gamma1, run.gamma2]
+
+    def prefill(self, stack: list[Level], prompt: list[int], chunk: int,
+                on_prefill: Callable[[int], None] | None) -> None:
+        """Fills every level with the prompt but its last token (each decode step starts by feeding
+        the newest committed token). The retrieval level is selected from the target's full cache."""
+        context = prompt[:-1]
+        target = stack[-1]
+        for end in range(chunk, len(context) + chunk, chunk):
+            target.feed(context[:end])
+            if on_prefill:
+                on_prefill(min(end, len(context)))
+        for level in stack[:-1]:
+            if isinstance(level.cache, RetrievalCache):
+                rebuild_retrieval(level, target, len(context))
+            else:
+                level.feed(context)
+        for level in stack:
+            level.stats = LevelStats()
+
     def generate(self, prompt_ids: list[int], run: RunConfig,
                  on_tokens: Callable[[list[int]], None] | None = None,
                  on_prefill: Callable[[int], None] | None = None) -> Result:
         self.check_length(len(prompt_ids), run.max_new_tokens)
-        capacity = len(prompt_ids) + run.max_new_tokens
-        rope = self.model.rope(capacity)
-        cache = FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
-        tokens = torch.tensor([prompt_ids], device=self.device)  # [1, T]
+        if (run.mode in DRAFTER_MODES) != (self.drafter is not None):
+            raise ValueError(f"engine was built for another mode than {run.mode!r}")
+        stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
-        last_logits, prefill_s = timed(prefill, self.model, tokens, cache, run.prefill_chunk, on_prefill,
-                                       device=self.device)
-        decoder = ARDecoder(self.model, cache, last_logits, run.sampling, generator)
+        _, prefill_s = timed(self.prefill, stack, prompt_ids, run.prefill_chunk, on_prefill, device=self.device)
+        decoder = SpecDecoder(stack, gammas, list(prompt_ids), generator, on_round=rebuild_policy(run, len(prompt_ids)))
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
         n = len(gen.token_ids)
+        target_passes = stack[-1].stats.passes
         stats = dict(prefill_s=round(prefill_s, 4), decode_s=round(decode_s, 4),
                      tokens_per_s=round(n / decode_s, 3) if decode_s > 0 else None,
                      ms_per_token=round(1000 * decode_s / n, 3) if n else None,
                      prefill_tokens_per_s=round(len(prompt_ids) / prefill_s, 1) if prefill_s > 0 else None,
-                     new_tokens=n, dtype=self.dtype, device=str(self.device), **gen.stats)
+                     new_tokens=n, dtype=self.dtype, device=str(self.device),
+                     target_passes=target_passes,
+                     tokens_per_target_pass=round(n / target_passes, 3) if target_passes else None,
+                     **level_stats(stack))
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         return Result(str(self.model_dir), run.mode, len(prompt_ids), gen.token_ids, text, gen.stopped_by, stats)
+
+
+DRAFTER_MODES = ("spec", "triforce")
+
+
+def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,
+                         target_cfg: ModelConfig) -> None:
+    """A drafter must speak the target's vocabulary token for token, or acceptance is meaningless."""
+    if draft_cfg.vocab_size != target_cfg.vocab_size:
+        raise UserError(f"drafter {str(draft_dir)!r} has a vocabulary of {draft_cfg.vocab_size} tokens, the target "
+                        f"{str(target_dir)!r} {target_cfg.vocab_size}; a drafter must share the target's tokenizer "
+                        "(make one with `triforce distill`)")
+    draft_tok = load_tokenizer(draft_dir)
+    if draft_tok.get_vocab() != target_tok.get_vocab():
+        raise UserError(f"drafter {str(draft_dir)!r} uses a different tokenizer than the target {str(target_dir)!r}; "
+                        "a drafter must share the target's tokenizer (make one with `triforce distill`)")
+
+
+def rebuild_retrieval(level: Level, target: Level, keep: int) -> None:
+    """Re-selects the retrieval cache from the target's full cache over its first `keep` tokens
+    (the committed ones: rejected drafts the target last saw are dropped first)."""
+    target.cache.crop(keep)
+    target.cached = target.cached[:keep]
+    level.cache.rebuild(target.cache)
+    level.cached, level.safe = list(target.cached), keep
+
+
+def rebuild_policy(run: RunConfig, prompt_tokens: int):
+    """on_round hook for the decoder: rebuilds the retrieval level as run.retrieval_rebuild says."""
+    kind, value = run.rebuild_policy
+    if kind == "never" or run.mode not in ("retrieval", "triforce"):
+        return None
+    since = {"tokens": prompt_tokens, "drafted": 0, "accepted": 0}
+
+    def on_round(decoder) -> None:
+        middle, target = decoder.stack[-2], decoder.stack[-1]
+        tokens = len(decoder.seq)
+        drafted, accepted = target.stats.drafted - since["drafted"], target.stats.accepted - since["accepted"]
+        due = (kind == "every" and tokens - since["tokens"] >= value) or \
+              (kind == "below" and drafted >= 4 * run.gamma2 and accepted / drafted < value)
+        if due:
+            rebuild_retrieval(middle, target, target.safe)
+            middle.stats.rebuilds += 1
+            since.update(tokens=tokens, drafted=target.stats.drafted, accepted=target.stats.accepted)
+
+    return on_round

@@ -1,6 +1,6 @@
-"""prefill -> decode loop -> stop. The loop is the same for every mode: a mode is a Decoder whose
-step() runs one algorithm step (one token for `ar`; drafted, verified and accepted tokens for the
-speculative modes) and returns the tokens it committed.
+"""The decode loop: the same for every mode. A mode is a Decoder (speculate.SpecDecoder over that
+mode's stack of levels) whose step() runs one algorithm step (one token for `ar`; drafted,
+verified and accepted tokens for the speculative modes) and returns the tokens it committed.
 """
 from __future__ import annotations
 
@@ -10,46 +10,12 @@ from typing import Callable, Protocol
 
 import torch
 
-from runtime.cache import KVCache
-from runtime.model import Transformer
-from runtime.sampling import SamplingParams, probs_from_logits, sample
-
-
-def prefill(model: Transformer, tokens: torch.Tensor, cache: KVCache, chunk: int,
-            on_progress: Callable[[int], None] | None = None) -> torch.Tensor:
-    """Feeds the prompt in chunks of `chunk` tokens (bounded activations); tokens [B, T] -> logits [B, V]
-    of the last prompt position."""
-    logits = None
-    for start in range(0, tokens.shape[1], chunk):
-        logits = model(tokens[:, start:start + chunk], cache, last_only=True)[:, -1]  # [B, V]
-        if on_progress:
-            on_progress(min(start + chunk, tokens.shape[1]))
-    return logits
-
 
 class Decoder(Protocol):
     stats: dict
 
     def step(self, budget: int) -> list[int]:
         """Commits at least one and at most `budget` tokens; returns them."""
-
-
-class ARDecoder:
-    """Autoregressive decoding on the full cache: the baseline every mode must equal."""
-
-    def __init__(self, model: Transformer, cache: KVCache, last_logits: torch.Tensor,
-                 params: SamplingParams, generator: torch.Generator):
-        self.model, self.cache, self.params, self.generator = model, cache, params, generator
-        self.probs = probs_from_logits(last_logits, params)  # [B, V]
-        self.stats = {"target_passes": 0}
-
-    def step(self, budget: int) -> list[int]:
-        token = sample(self.probs, self.generator)  # [B]
-        if budget > 1:  # the last token needs no forward pass of its own
-            logits = self.model(token[:, None], self.cache)[:, -1]  # [B, V]
-            self.probs = probs_from_logits(logits, self.params)
-            self.stats["target_passes"] += 1
-        return token.tolist()  # host sync: the loop needs the token to check EOS and stream text
 
 
 @dataclass

@@ -6,7 +6,8 @@ import torch
 from runtime.cache_full import FullCache
 from runtime.config import RunConfig
 from runtime.engine import Engine
-from runtime.generate import prefill
+from runtime.sampling import SamplingParams
+from runtime.speculate import Level
 from runtime.model import load_model
 
 transformers = pytest.importorskip("transformers")
@@ -43,8 +44,9 @@ def test_chunked_prefill_then_decode_equals_one_forward(ours, kjv_ids):
     ids = torch.tensor([kjv_ids])                     # [1, 1100]
     whole = ours(ids, new_cache(ours, ids.shape[1]))  # [1, 1100, V]
     cache = new_cache(ours, ids.shape[1])
-    last = prefill(ours, ids[:, :1090], cache, chunk=256)  # 4 full chunks + a ragged one
-    torch.testing.assert_close(last, whole[:, 1089], rtol=1e-4, atol=1e-4)
+    level = Level("target", ours, cache, SamplingParams(), max_pass=256)
+    last = level.feed(kjv_ids[:1090], keep_last=1)  # 4 full chunks + a ragged one
+    torch.testing.assert_close(last, whole[0, 1089:1090], rtol=1e-4, atol=1e-4)
     steps = torch.cat([ours(ids[:, t:t + 1], cache) for t in range(1090, 1100)], dim=1)
     torch.testing.assert_close(steps, whole[:, 1090:], rtol=1e-4, atol=1e-4)
 

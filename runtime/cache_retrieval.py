@@ -1,0 +1,114 @@
+"""Level 2 of the hierarchy: the target's weights read a retrieval cache.
+
+Built from the full cache: the context [0, n) is split into chunks of `chunk` tokens; per layer and
+per KV head each chunk is scored by the raw dot product of the latest query with the mean of the
+chunk's (rotated) keys. With GQA a KV head's score sums the dot products of the G query heads that
+read it, so every query head's interest counts (the reference assumed H == Hkv and broke on GQA).
+
+Regions of each layer's buffer [B, Hkv, budget + generated capacity, D]:
+    selected   [0, budget)            chunk 0 (sinks), the top-scoring chunks, and the context's
+                                      partial last chunk, in position order; keys keep their
+                                      absolute RoPE positions
+    generated  [budget, length)       tokens after the context, appended as they come; they never
+                                      evict selected chunks, so the budget holds for any length
+Any context length works: a trailing partial chunk is always kept (it holds the newest tokens)
+and never scored against whole chunks. rebuild() re-selects from the full cache over everything
+committed so far and empties the generated region.
+"""
+from __future__ import annotations
+
+import torch
+
+from runtime.cache_full import FullCache
+from runtime.config import ModelConfig
+from runtime.rope import Rope
+
+
+def chunk_scores(keys: torch.Tensor, query: torch.Tensor, chunk: int) -> torch.Tensor:
+    """keys [B, Hkv, C*chunk, D] (whole chunks only), query [B, H, D] -> scores [B, Hkv, C]."""
+    B, Hkv, S, D = keys.shape
+    means = keys.float().view(B, Hkv, S // chunk, chunk, D).mean(dim=3)   # [B, Hkv, C, D]
+    grouped = query.float().view(B, Hkv, -1, D)                          # [B, Hkv, G, D]
+    return torch.einsum("bhgd,bhcd->bhc", grouped, means)
+
+
+def select_positions(scores: torch.Tensor, chunk: int, n_chunks: int, tail: int) -> torch.Tensor:
+    """Token positions to keep per KV head: chunk 0, the best `n_chunks - 1` of the others, and
+    the `tail` positions after the last whole chunk. scores [B, Hkv, C] -> positions [B, Hkv, n]."""
+    B, Hkv, C = scores.shape
+    others = scores[:, :, 1:].topk(n_chunks - 1, dim=-1).indices + 1          # [B, Hkv, n_chunks-1]
+    zero = torch.zeros(B, Hkv, 1, dtype=others.dtype, device=others.device)
+    chunks = torch.cat([zero, others], dim=-1).sort(dim=-1).values           # [B, Hkv, n_chunks]
+    offsets = torch.arange(chunk, device=scores.device)
+    positions = (chunks[..., None] * chunk + offsets).flatten(2)             # [B, Hkv, n_chunks*chunk]
+    tail_pos = torch.arange(C * chunk, C * chunk + tail, device=scores.device).expand(B, Hkv, tail)
+    return torch.cat([positions, tail_pos], dim=-1)
+
+
+class RetrievalCache:
+    def __init__(self, cfg: ModelConfig, rope: Rope, batch: int, budget: int, chunk: int,
+                 generated_capacity: int, device: torch.device, dtype: torch.dtype):
+        if budget < 2 * chunk:
+            raise ValueError(f"retrieval budget {budget} must hold at least two chunks of {chunk}")
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, budget + generated_capacity, cfg.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)    # [L, B, Hkv, S, D], keys rotated
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.rope, self.batch, self.budget, self.chunk = rope, batch, budget, chunk
+        self.selected = 0   # tokens in the selected region (<= budget)
+        self.context = 0    # sequence length the selection was made from (= position of generated[0])
+        self.length = 0     # filled slots: selected + generated
+        self._new = 0
+        self._cos = self._sin = None
+
+    def rebuild(self, full: FullCache) -> None:
+        """Selects the context's best chunks from the full cache, scored with its latest query."""
+        n = full.get_seq_length()
+        if n <= self.budget:   # everything fits: the middle level then sees the full context
+            self.k[:, :, :, :n] = full.k[:, :, :, :n]
+            self.v[:, :, :, :n] = full.v[:, :, :, :n]
+        else:
+            whole = n // self.chunk * self.chunk
+            tail = n - whole
+            n_chunks = (self.budget - tail) // self.chunk
+            for layer in range(self.k.shape[0]):
+                scores = chunk_scores(full.k[layer, :, :, :whole], full.last_query[layer], self.chunk)
+                pos = select_positions(scores, self.chunk, n_chunks, tail)           # [B, Hkv, n]
+                index = pos[..., None].expand(-1, -1, -1, self.k.shape[-1])
+                self.k[layer, :, :, :pos.shape[-1]] = full.k[layer, :, :, :n].gather(2, index)
+                self.v[layer, :, :, :pos.shape[-1]] = full.v[layer, :, :, :n].gather(2, index)
+            n = pos.shape[-1]
+        self.selected = self.length = n
+        self.context = full.get_seq_length()
+
+    def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.length + T > self.k.shape[3]:
+            raise ValueError(f"retrieval cache's generated region is full ({self.length - self.selected} "
+                             f"tokens); rebuild it or allocate more generated capacity")
+        start = self.get_seq_length()
+        positions = torch.arange(start, start + T, device=self.k.device).expand(self.batch, T)
+        self._new = T
+        self._cos, self._sin = self.rope.tables(positions)  # absolute positions, as in the full cache
+        return self._cos, self._sin
+
+    def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        start, stop = self.length, self.length + self._new
+        self.k[layer, :, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
+        self.v[layer, :, :, start:stop] = v
+        return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]   # [B, Hkv, S, D]
+
+    def end(self) -> None:
+        self.length += self._new
+        self._new = 0
+
+    def get_seq_length(self) -> int:
+        """Length of the sequence this cache stands for (the context plus generated tokens)."""
+        return self.context + self.length - self.selected
+
+    def crop(self, length: int) -> None:
+        if not self.context <= length <= self.get_seq_length():
+            raise ValueError(f"cannot crop a retrieval cache of context {self.context} + "
+                             f"{self.length - self.selected} generated tokens to {length}")
+        self.length = self.selected + length - self.context
+
+    def reset(self) -> None:
+        self.selected = self.context = self.length = 0

@@ -1,0 +1,88 @@
+"""Level 1 of the hierarchy (and the `streaming` ablation): a StreamingLLM cache.
+
+Regions of each layer's buffer [B, Hkv, sinks + window, D]:
+    sink    slots [0, sinks)            the first tokens of the sequence, never evicted
+    recent  slots [sinks, length)       the most recent tokens, oldest first
+Keys are stored *before* RoPE and rotated by their slot index at every pass, so positions never
+exceed sinks + window: a drafter trained on 2K positions serves a 128K prompt.
+
+When a pass needs room, the oldest recent tokens are evicted in blocks of `evict_block` (one
+shift of the window per block rather than per token). Eviction only ever removes the oldest
+tokens, and crop() only removes the newest, so rolling back rejected tokens keeps every committed
+token that was in the window (the reference implementation drops one).
+"""
+from __future__ import annotations
+
+import torch
+
+from runtime.config import ModelConfig
+from runtime.rope import Rope
+
+
+class StreamingCache:
+    def __init__(self, cfg: ModelConfig, rope: Rope, batch: int, sinks: int, window: int,
+                 device: torch.device, dtype: torch.dtype, evict_block: int | None = None):
+        if sinks < 0 or window < 1:
+            raise ValueError(f"streaming cache needs sinks >= 0 and window >= 1, got {sinks}, {window}")
+        self.capacity = sinks + window
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, self.capacity, cfg.head_dim)  # [L, B, Hkv, S, D]
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # keys before RoPE
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.rope, self.batch, self.sinks, self.window = rope, batch, sinks, window
+        self.evict_block = evict_block or max(1, window // 8)
+        self.length = 0    # filled slots
+        self.evicted = 0   # tokens of the sequence that were dropped from the recent region
+        self._new = 0
+        self._cos = self._sin = None
+
+    @property
+    def max_pass(self) -> int:
+        """Most tokens one forward pass may bring (they must all fit beside the sinks)."""
+        return self.window
+
+    def _evict(self, count: int) -> None:
+        """Drops the `count` oldest recent tokens (shifts the rest of the recent region left)."""
+        start = self.sinks
+        keep = slice(start + count, self.length)
+        kept = self.length - keep.start
+        self.k[:, :, :, start:start + kept] = self.k[:, :, :, keep].clone()
+        self.v[:, :, :, start:start + kept] = self.v[:, :, :, keep].clone()
+        self.length -= count
+        self.evicted += count
+
+    def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if T > self.window:
+            raise ValueError(f"a pass of {T} tokens does not fit a streaming window of {self.window}")
+        overflow = self.length + T - self.capacity
+        if overflow > 0:
+            recent = self.length - self.sinks
+            self._evict(min(recent, max(overflow, self.evict_block)))
+        self._new = T
+        slots = torch.arange(self.length + T, device=self.k.device).expand(self.batch, -1)
+        self._cos, self._sin = self.rope.tables(slots)   # [B, S, D]: every slot, rotated afresh
+        return self._cos[:, self.length:], self._sin[:, self.length:]  # the new tokens' slots
+
+    def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        start, stop = self.length, self.length + self._new
+        self.k[layer, :, :, start:stop] = k
+        self.v[layer, :, :, start:stop] = v
+        keys = Rope.rotate(self.k[layer, :, :, :stop], self._cos, self._sin)  # [B, Hkv, S, D]
+        return keys, self.v[layer, :, :, :stop]
+
+    def end(self) -> None:
+        self.length += self._new
+        self._new = 0
+
+    def get_seq_length(self) -> int:
+        """Tokens of the sequence this cache has seen (evicted ones included)."""
+        return self.evicted + self.length
+
+    def crop(self, length: int) -> None:
+        slots = length - self.evicted
+        if not (self.sinks <= slots or self.evicted == 0) or not 0 <= slots <= self.length:
+            raise ValueError(f"cannot crop a streaming cache holding tokens [{self.evicted}, "
+                             f"{self.get_seq_length()}) to {length}: evicted tokens cannot be restored")
+        self.length = slots
+
+    def reset(self) -> None:
+        self.length = self.evicted = 0

@@ -1,0 +1,147 @@
+"""Speculation as a stack of levels. Every mode is a stack, smallest proposer first:
+
+    ar         [target+full]
+    spec       [drafter+streaming, target+full]
+    retrieval  [target+retrieval, target+full]
+    streaming  [target+streaming, target+full]
+    triforce   [drafter+streaming, target+retrieval, target+full]
+
+draft(stack, seq, n) returns n tokens continuing `seq` distributed as the *top* level of the stack
+would sample them, together with that level's distribution at each of them. One level alone
+samples autoregressively; a taller stack lets the levels below propose and the top level verify
+with the acceptance rule (accept.py), which emits tokens of exactly the top level's distribution.
+Because each emitted token comes with the verifier's own distribution, the middle level's output
+is a valid draft for the target: stacking the rule twice is TriForce, lossless at every level.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from runtime.accept import accept
+from runtime.cache import KVCache
+from runtime.model import Transformer
+from runtime.sampling import SamplingParams, probs_from_logits
+
+
+@dataclass
+class LevelStats:
+    passes: int = 0          # forward passes of this level's model
+    fed_tokens: int = 0      # tokens those passes processed
+    seconds: float = 0.0     # wall time spent in this level's forward passes
+    drafted: int = 0         # tokens proposed to this level (as verifier)
+    accepted: int = 0        # of those, accepted
+    rebuilds: int = 0        # retrieval cache rebuilds (middle level only)
+
+
+class Level:
+    """One model reading one cache. Asked for the distributions at the last k positions of a
+    sequence, it rolls its cache back to the longest prefix it shares with that sequence and
+    feeds only what is missing, in passes of at most `max_pass` tokens."""
+
+    def __init__(self, name: str, model: Transformer, cache: KVCache, params: SamplingParams, max_pass: int):
+        self.name, self.model, self.cache, self.params, self.max_pass = name, model, cache, params, max_pass
+        self.cached: list[int] = []  # the tokens whose K/V the cache holds (logically)
+        self.safe = 0                # cached[:safe] is a prefix of the committed sequence
+        self.stats = LevelStats()
+
+    def feed(self, seq: list[int], keep_last: int = 0) -> torch.Tensor | None:
+        """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
+        keep = min(self._shared_prefix(seq), len(seq) - keep_last)
+        if keep < len(self.cached):
+            self.cache.crop(keep)
+        todo, logits = seq[keep:], None
+        start = time.perf_counter()
+        for i in range(0, len(todo), self.max_pass):
+            part = torch.tensor([todo[i:i + self.max_pass]], device=self.model.device)  # [1, T]
+            final = i + self.max_pass >= len(todo)
+            out = self.model(part, self.cache, last_only=not (final and keep_last))    # [1, T|1, V]
+            if final and keep_last:
+                logits = out[0, -keep_last:]
+            self.stats.passes += 1
+        self.stats.fed_tokens += len(todo)
+        self.stats.seconds += time.perf_counter() - start
+        self.cached = list(seq)
+        return logits
+
+    def probs(self, seq: list[int], k: int) -> torch.Tensor:
+        """Distributions of the next token after each of the last k positions of seq: [k, V]."""
+        return probs_from_logits(self.feed(seq, keep_last=k), self.params)
+
+    def commit(self, committed: list[int]) -> None:
+        """Records how much of the cache the committed sequence confirms (keeps lookups short)."""
+        self.safe = self._shared_prefix(committed)
+
+    def _shared_prefix(self, seq: list[int]) -> int:
+        n = min(len(self.cached), len(seq))
+        i = min(self.safe, n)
+        while i < n and self.cached[i] == seq[i]:
+            i += 1
+        return i
+
+
+def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
+                 generator: torch.Generator) -> tuple[list[int], torch.Tensor]:
+    """One round of stack[-1]: the levels below propose k tokens, stack[-1] verifies them.
+    Returns the emitted tokens (accepted + recovered/bonus, 1..k+1 of them) and stack[-1]'s
+    distributions at each [n, V]."""
+    top = stack[-1]
+    drafted, q = draft(stack[:-1], gammas, seq, k, generator) if k else ([], None)
+    p = top.probs(seq + drafted, k + 1)                                     # [k+1, V]
+    if k:
+        num, nxt = accept(torch.tensor([drafted], device=p.device), q[None], p[None], generator)
+        top.stats.drafted += k
+    else:  # nothing drafted: plain sampling from the top level
+        num, nxt = accept(torch.zeros(1, 0, dtype=torch.long, device=p.device), p[None, :0], p[None], generator)
+    num = int(num[0])  # host sync: the sequence is bookkept on the host
+    top.stats.accepted += num
+    return drafted[:num] + [int(nxt[0])], p[:num + 1]
+
+
+def draft(stack: list[Level], gammas: list[int], seq: list[int], n: int,
+          generator: torch.Generator) -> tuple[list[int], torch.Tensor]:
+    """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V].
+    gammas[i] is how many tokens stack[i] proposes per round to stack[i + 1]."""
+    tokens, rows = [], []
+    while len(tokens) < n:
+        k = 0 if len(stack) == 1 else min(gammas[len(stack) - 2], n - len(tokens) - 1)
+        new, p = verify_round(stack, gammas, seq + tokens, k, generator)
+        tokens += new
+        rows.append(p)
+    return tokens, torch.cat(rows)
+
+
+@dataclass
+class SpecDecoder:
+    """The generate loop's Decoder for any stack: one step is one round of the top level."""
+    stack: list[Level]
+    gammas: list[int]                   # gammas[i]: tokens stack[i] proposes per round
+    seq: list[int]                      # committed tokens, prompt included
+    generator: torch.Generator
+    on_round: object = None             # called after each step (e.g. the retrieval rebuild policy)
+    stats: dict = field(default_factory=dict)
+
+    def step(self, budget: int) -> list[int]:
+        k = 0 if len(self.stack) == 1 else min(self.gammas[-1], budget - 1)
+        new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator)
+        self.seq += new
+        for level in self.stack:
+            level.commit(self.seq)
+        if self.on_round:
+            self.on_round(self)
+        self.stats = level_stats(self.stack)
+        return new
+
+
+def level_stats(stack: list[Level]) -> dict:
+    """Per-level figures for --json and stderr: acceptance, passes, time."""
+    out = {}
+    for level in stack:
+        s = asdict(level.stats)
+        s["seconds"] = round(s["seconds"], 4)
+        if level.stats.drafted:
+            s["acceptance"] = round(level.stats.accepted / level.stats.drafted, 4)
+        out[level.name] = s
+    return {"levels": out}
