@@ -48,6 +48,9 @@ class FullCache:
     def get_seq_length(self) -> int:
         return self.length
 
+    def commit(self, length: int) -> None:
+        """Nothing to do: this policy never evicts."""
+
     def crop(self, length: int) -> None:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot crop a cache of {self.length} tokens to {length}")

@@ -104,6 +104,9 @@ class RetrievalCache:
         """Length of the sequence this cache stands for (the context plus generated tokens)."""
         return self.context + self.length - self.selected
 
+    def commit(self, length: int) -> None:
+        """Nothing to do: this policy never evicts."""
+
     def crop(self, length: int) -> None:
         if not self.context <= length <= self.get_seq_length():
             raise ValueError(f"cannot crop a retrieval cache of context {self.context} + "

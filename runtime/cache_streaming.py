@@ -1,15 +1,17 @@
 """Level 1 of the hierarchy (and the `streaming` ablation): a StreamingLLM cache.
 
-Regions of each layer's buffer [B, Hkv, sinks + window, D]:
-    sink    slots [0, sinks)            the first tokens of the sequence, never evicted
-    recent  slots [sinks, length)       the most recent tokens, oldest first
+Regions of each layer's buffer [B, Hkv, sinks + window + scratch, D]:
+    sink     slots [0, sinks)                 the first tokens of the sequence, never evicted
+    recent   slots [sinks, committed)         the most recent committed tokens, oldest first
+    scratch  slots [committed, length)        speculative tokens of the round in flight
 Keys are stored *before* RoPE and rotated by their slot index at every pass, so positions never
-exceed sinks + window: a drafter trained on 2K positions serves a 128K prompt.
+exceed sinks + window + scratch: a drafter trained on 2K positions serves a 128K prompt.
 
-When a pass needs room, the oldest recent tokens are evicted in blocks of `evict_block` (one
-shift of the window per block rather than per token). Eviction only ever removes the oldest
-tokens, and crop() only removes the newest, so rolling back rejected tokens keeps every committed
-token that was in the window (the reference implementation drops one).
+Only committed tokens are ever evicted (the oldest recent ones, in blocks of `evict_block`, one
+shift of the window per block rather than per token), and crop() only removes speculative ones,
+so rolling back rejected tokens leaves exactly the window that would be there had they never been
+drafted: every committed token in it stays (the reference implementation drops one). commit(n)
+tells the cache which tokens are final.
 """
 from __future__ import annotations
 
@@ -21,24 +23,22 @@ from runtime.rope import Rope
 
 class StreamingCache:
     def __init__(self, cfg: ModelConfig, rope: Rope, batch: int, sinks: int, window: int,
-                 device: torch.device, dtype: torch.dtype, evict_block: int | None = None):
-        if sinks < 0 or window < 1:
-            raise ValueError(f"streaming cache needs sinks >= 0 and window >= 1, got {sinks}, {window}")
-        self.capacity = sinks + window
+                 device: torch.device, dtype: torch.dtype, scratch: int = 0, evict_block: int | None = None):
+        if sinks < 0 or window < 1 or scratch < 0:
+            raise ValueError(f"streaming cache needs sinks >= 0, window >= 1, scratch >= 0; got {sinks}, {window}, "
+                             f"{scratch}")
+        self.capacity = sinks + window + scratch
         shape = (cfg.num_layers, batch, cfg.num_kv_heads, self.capacity, cfg.head_dim)  # [L, B, Hkv, S, D]
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # keys before RoPE
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.rope, self.batch, self.sinks, self.window = rope, batch, sinks, window
         self.evict_block = evict_block or max(1, window // 8)
         self.length = 0    # filled slots
+        self.committed = 0 # slots holding committed tokens (sinks + recent)
         self.evicted = 0   # tokens of the sequence that were dropped from the recent region
+        self.forced_evictions = 0  # passes that had to evict speculative tokens (scratch too small)
         self._new = 0
         self._cos = self._sin = None
-
-    @property
-    def max_pass(self) -> int:
-        """Most tokens one forward pass may bring (they must all fit beside the sinks)."""
-        return self.window
 
     def _evict(self, count: int) -> None:
         """Drops the `count` oldest recent tokens (shifts the rest of the recent region left)."""
@@ -48,15 +48,19 @@ class StreamingCache:
         self.k[:, :, :, start:start + kept] = self.k[:, :, :, keep].clone()
         self.v[:, :, :, start:start + kept] = self.v[:, :, :, keep].clone()
         self.length -= count
+        self.committed = max(self.committed - count, min(self.sinks, self.length))
         self.evicted += count
 
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if T > self.window:
-            raise ValueError(f"a pass of {T} tokens does not fit a streaming window of {self.window}")
-        overflow = self.length + T - self.capacity
-        if overflow > 0:
-            recent = self.length - self.sinks
-            self._evict(min(recent, max(overflow, self.evict_block)))
+        if min(self.length, self.sinks) + T > self.capacity:
+            raise ValueError(f"a pass of {T} tokens does not fit a streaming cache of {self.sinks} sinks + "
+                             f"{self.window} recent slots")
+        overflow = self.committed - (self.sinks + self.window)
+        if overflow > 0:  # committed tokens beyond the window: drop the oldest, a block at a time
+            self._evict(min(self.committed - self.sinks, max(overflow, self.evict_block)))
+        if self.length + T > self.capacity:  # scratch too small for this round: stay correct, lose exactness
+            self.forced_evictions += 1
+            self._evict(self.length + T - self.capacity)
         self._new = T
         slots = torch.arange(self.length + T, device=self.k.device).expand(self.batch, -1)
         self._cos, self._sin = self.rope.tables(slots)   # [B, S, D]: every slot, rotated afresh
@@ -77,12 +81,17 @@ class StreamingCache:
         """Tokens of the sequence this cache has seen (evicted ones included)."""
         return self.evicted + self.length
 
+    def commit(self, length: int) -> None:
+        """The sequence's first `length` tokens are final: they may be evicted from now on."""
+        self.committed = max(0, min(length - self.evicted, self.length))
+
     def crop(self, length: int) -> None:
         slots = length - self.evicted
         if not (self.sinks <= slots or self.evicted == 0) or not 0 <= slots <= self.length:
             raise ValueError(f"cannot crop a streaming cache holding tokens [{self.evicted}, "
                              f"{self.get_seq_length()}) to {length}: evicted tokens cannot be restored")
         self.length = slots
+        self.committed = min(self.committed, slots)
 
     def reset(self) -> None:
-        self.length = self.evicted = 0
+        self.length = self.evicted = self.committed = 0

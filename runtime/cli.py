@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_generate_args(gen)
     gen.set_defaults(func=cmd_generate)
     from runtime.bench import add_bench_parser
+    from runtime.distill import add_distill_parser
+    add_distill_parser(sub)
     add_bench_parser(sub)
     args = parser.parse_args(argv)
     try:

@@ -120,7 +120,9 @@ class Engine:
                        run.prefill_chunk)
 
         def streaming(name, model, sinks, window):
-            cache = StreamingCache(model.cfg, model.rope(sinks + window), 1, sinks, window, dev, dt)
+            scratch = run.gamma1 + run.gamma2 + 2   # the deepest speculation a round can stack up
+            cache = StreamingCache(model.cfg, model.rope(sinks + window + scratch), 1, sinks, window, dev, dt,
+                                   scratch=scratch)
             return Level(name, model, cache, params, max(1, window // 2))
 
         def drafter():
@@ -142,21 +144,20 @@ class Engine:
             return [streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target], [run.gamma2]
         return [drafter(), retrieval(), target], [run.gamma1, run.gamma2]
 
-    def prefill(self, stack: list[Level], prompt: list[int], chunk: int,
-                on_prefill: Callable[[int], None] | None) -> None:
+    def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
-        the newest committed token). The retrieval level is selected from the target's full cache."""
+        the newest committed token), in passes of the level's max_pass tokens. The retrieval level
+        is selected from the target's full cache instead."""
         context = prompt[:-1]
-        target = stack[-1]
-        for end in range(chunk, len(context) + chunk, chunk):
-            target.feed(context[:end])
-            if on_prefill:
-                on_prefill(min(end, len(context)))
-        for level in stack[:-1]:
+        for level in reversed(stack):  # the target first: the retrieval level reads its cache
             if isinstance(level.cache, RetrievalCache):
-                rebuild_retrieval(level, target, len(context))
-            else:
-                level.feed(context)
+                rebuild_retrieval(level, stack[-1], len(context))
+                continue
+            for end in range(level.max_pass, len(context) + level.max_pass, level.max_pass):
+                level.feed(context[:end])
+                level.commit(context[:end])
+                if on_prefill and level is stack[-1]:
+                    on_prefill(min(end, len(context)))
         for level in stack:
             level.stats = LevelStats()
 
@@ -168,7 +169,7 @@ class Engine:
             raise ValueError(f"engine was built for another mode than {run.mode!r}")
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
-        _, prefill_s = timed(self.prefill, stack, prompt_ids, run.prefill_chunk, on_prefill, device=self.device)
+        _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
         decoder = SpecDecoder(stack, gammas, list(prompt_ids), generator, on_round=rebuild_policy(run, len(prompt_ids)))
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)

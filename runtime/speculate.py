@@ -71,8 +71,10 @@ class Level:
         return probs_from_logits(self.feed(seq, keep_last=k), self.params)
 
     def commit(self, committed: list[int]) -> None:
-        """Records how much of the cache the committed sequence confirms (keeps lookups short)."""
+        """Records how much of the cache the committed sequence confirms (keeps lookups short and
+        lets an evicting cache evict among those tokens only)."""
         self.safe = self._shared_prefix(committed)
+        self.cache.commit(self.safe)
 
     def _shared_prefix(self, seq: list[int]) -> int:
         n = min(len(self.cached), len(seq))

@@ -1,0 +1,145 @@
+"""Cache policies in isolation: regions, selection, rollback. Keys carry their token's index so
+that which tokens a cache holds can be read back directly."""
+import pytest
+import torch
+
+from runtime.cache_full import FullCache
+from runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
+from runtime.cache_streaming import StreamingCache
+from runtime.config import ModelConfig
+from runtime.rope import Rope
+
+CFG = ModelConfig(architecture="LlamaForCausalLM", vocab_size=16, hidden_size=8, intermediate_size=8, num_layers=2,
+                  num_heads=4, num_kv_heads=2, head_dim=4, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                  rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=True, qkv_bias=False, o_bias=False,
+                  mlp_bias=False, sliding_window=None)
+
+
+def feed(cache, first: int, count: int):
+    """Feeds tokens first..first+count-1 whose V rows hold their index; returns the visible V of layer 0."""
+    cache.begin(count)
+    v = torch.arange(first, first + count, dtype=torch.float32).view(1, 1, count, 1).expand(1, 2, count, 4)
+    q = torch.zeros(1, 4, count, 4)
+    outs = [cache.update(layer, q, torch.zeros(1, 2, count, 4), v.clone())[1] for layer in range(CFG.num_layers)]
+    out = outs[0]
+    cache.end()
+    return out[0, 0, :, 0].long().tolist()  # token indices visible to the pass, in slot order
+
+
+def streaming(sinks=4, window=8, block=None, scratch=0):
+    return StreamingCache(CFG, Rope(CFG, 64, torch.device("cpu"), torch.float32), 1, sinks, window,
+                          torch.device("cpu"), torch.float32, scratch=scratch, evict_block=block)
+
+
+def feed_committed(cache, first, count):
+    visible = feed(cache, first, count)
+    cache.commit(first + count)
+    return visible
+
+
+def test_streaming_keeps_sinks_and_the_most_recent_tokens():
+    cache = streaming(sinks=4, window=8, block=1, scratch=4)
+    assert feed_committed(cache, 0, 6) == list(range(6))
+    feed_committed(cache, 6, 6)
+    visible = feed_committed(cache, 12, 4)   # a pass sees sinks + window + itself (in scratch)
+    assert visible == list(range(16))
+    assert cache.get_seq_length() == 16
+    # once committed, tokens beyond sinks + window are evicted, oldest first
+    assert feed_committed(cache, 16, 1) == [0, 1, 2, 3] + list(range(8, 17))
+    assert feed_committed(cache, 17, 1) == [0, 1, 2, 3] + list(range(9, 18))
+
+
+def test_streaming_rollback_keeps_every_committed_token():
+    speculating, plain = (streaming(sinks=4, window=8, block=1, scratch=4) for _ in range(2))
+    for cache in (speculating, plain):
+        feed_committed(cache, 0, 8)
+        feed_committed(cache, 8, 3)           # 11 committed tokens
+    feed(speculating, 11, 3)                  # 3 speculative tokens: they land in scratch...
+    speculating.crop(11)                      # ...and are rejected
+    # the next pass sees exactly what it sees in a cache that never saw the rejected tokens
+    for t in range(11, 30):
+        assert feed_committed(speculating, t, 1) == feed_committed(plain, t, 1)
+    assert speculating.get_seq_length() == 30 and speculating.forced_evictions == 0
+
+
+def test_streaming_queries_and_keys_use_slot_positions():
+    cache = streaming(sinks=2, window=4, block=1)
+    feed_committed(cache, 0, 6)
+    cos, sin = cache.begin(1)             # the 7th token takes the last slot, not position 6
+    slot_cos, _ = Rope(CFG, 64, torch.device("cpu"), torch.float32).tables(torch.tensor([[5]]))
+    torch.testing.assert_close(cos, slot_cos)
+
+
+def test_streaming_refuses_to_restore_evicted_tokens():
+    cache = streaming(sinks=2, window=4, block=1)
+    feed_committed(cache, 0, 6)
+    feed_committed(cache, 6, 4)
+    with pytest.raises(ValueError, match="evicted"):
+        cache.crop(3)
+
+
+def test_streaming_block_eviction_bounds_the_window():
+    cache = streaming(sinks=4, window=16, block=4)
+    feed_committed(cache, 0, 4)
+    for t in range(4, 100):
+        visible = feed_committed(cache, t, 1)
+        assert visible[:4] == [0, 1, 2, 3] and visible[-1] == t
+        assert 4 + 13 <= len(visible) <= 20 or t < 16  # between window - block + 1 and the full window
+        assert visible[4:] == list(range(visible[4], t + 1))  # recent tokens are contiguous
+
+
+def test_chunk_scores_sum_the_query_group_of_each_kv_head():
+    keys = torch.zeros(1, 2, 16, 4)       # 2 KV heads, 4 chunks of 4
+    keys[0, 0, 8:12, 0] = 1.0             # KV head 0: chunk 2 points along dim 0
+    keys[0, 1, 4:8, 1] = 1.0              # KV head 1: chunk 1 points along dim 1
+    query = torch.zeros(1, 4, 4)          # H=4, G=2: heads 0,1 read KV head 0; heads 2,3 KV head 1
+    query[0, 0, 0], query[0, 1, 0] = 1.0, 2.0
+    query[0, 3, 1] = 5.0
+    scores = chunk_scores(keys, query, 4)
+    assert scores[0, 0].tolist() == [0, 0, 3.0, 0]
+    assert scores[0, 1].tolist() == [0, 5.0, 0, 0]
+
+
+def test_select_positions_keeps_chunk0_the_best_chunks_and_the_tail():
+    scores = torch.tensor([[[9.0, 1.0, 5.0, 3.0, 4.0], [0.0, 7.0, 1.0, 2.0, 6.0]]])  # [B=1, Hkv=2, C=5]
+    pos = select_positions(scores, chunk=2, n_chunks=3, tail=1)                    # sequence of 11
+    assert pos[0, 0].tolist() == [0, 1, 4, 5, 8, 9, 10]    # chunks 0, 2, 4 + tail 10
+    assert pos[0, 1].tolist() == [0, 1, 2, 3, 8, 9, 10]    # chunks 0 (always), 1, 4 + tail
+
+
+def test_retrieval_rebuild_selects_per_kv_head_and_generated_tokens_never_evict():
+    rope = Rope(CFG, 256, torch.device("cpu"), torch.float32)
+    full = FullCache(CFG, rope, 1, 128, torch.device("cpu"), torch.float32)
+    full.begin(43)                                       # 43 tokens: 10 chunks of 4 + a tail of 3
+    for layer in range(2):
+        full.k[layer, 0, :, :43] = torch.randn(2, 43, 4)
+        full.v[layer, 0, :, :43] = torch.arange(43.0).view(1, 43, 1)
+    full._new = 0
+    full.length = 43
+    full.last_query.normal_()
+    cache = RetrievalCache(CFG, rope, 1, budget=15, chunk=4, generated_capacity=10,
+                           device=torch.device("cpu"), dtype=torch.float32)
+    cache.rebuild(full)
+    assert cache.get_seq_length() == 43
+    for layer in range(2):
+        scores = chunk_scores(full.k[layer, :, :, :40], full.last_query[layer], 4)   # [1, 2, 10]
+        for head in range(2):
+            kept = cache.v[layer, 0, head, :cache.selected, 0].long().tolist()
+            best = sorted(scores[0, head, 1:].topk(2).indices.add(1).tolist())    # (15 - 3) // 4 - 1 = 2
+            expected = [0, 1, 2, 3] + [c * 4 + i for c in best for i in range(4)] + [40, 41, 42]
+            assert kept == expected
+    for t in range(43, 53):                              # generated tokens fill their own region
+        visible = feed(cache, t, 1)
+    assert visible[:12] == cache.v[0, 0, 0, :12, 0].long().tolist() and visible[-10:] == list(range(43, 53))
+    cache.crop(48)
+    assert cache.get_seq_length() == 48 and feed(cache, 48, 1)[-6:] == [43, 44, 45, 46, 47, 48]
+
+
+def test_retrieval_keeps_everything_when_the_context_fits_the_budget():
+    rope = Rope(CFG, 64, torch.device("cpu"), torch.float32)
+    full = FullCache(CFG, rope, 1, 64, torch.device("cpu"), torch.float32)
+    feed(full, 0, 10)
+    cache = RetrievalCache(CFG, rope, 1, budget=16, chunk=4, generated_capacity=8,
+                           device=torch.device("cpu"), dtype=torch.float32)
+    cache.rebuild(full)
+    assert feed(cache, 10, 1) == list(range(11))
