@@ -29,13 +29,23 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--prefill-chunk", type=int, help="prompt tokens per prefill forward pass")
     p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR with TYPE linear|dynamic|yarn, e.g. yarn:4")
+    p.add_argument("--draft-model", help="drafter checkpoint sharing the target's tokenizer (modes spec, triforce; "
+                   "default: the embedded drafter of the default target)")
+    p.add_argument("--gamma1", type=int, help="tokens the drafter proposes per round to the middle level (triforce)")
+    p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
+    p.add_argument("--retrieval-budget", type=int, help="middle-level KV budget in tokens")
+    p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
+    p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
+    p.add_argument("--draft-window", type=int, help="drafter StreamingLLM recent window")
+    p.add_argument("--draft-sinks", type=int, help="drafter StreamingLLM sink tokens")
     p.add_argument("--json", help="write the result (token ids, text, stats) to this JSON file")
     p.add_argument("--quiet", action="store_true", help="do not stream text to stdout")
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     keys = ("model", "prompt", "prompt_file", "question", "chat", "max_new_tokens", "mode", "temperature",
-            "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling")
+            "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling", "draft_model", "gamma1",
+            "gamma2", "retrieval_budget", "chunk_size", "retrieval_rebuild", "draft_window", "draft_sinks")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
 
 
@@ -87,9 +97,17 @@ def progress(message: str) -> None:
 
 def summary_line(result) -> str:
     s = result.stats
-    return (f"mode={result.mode} prompt={result.prompt_tokens} tokens | prefill {s['prefill_s']:.2f} s "
+    line = (f"mode={result.mode} prompt={result.prompt_tokens} tokens | prefill {s['prefill_s']:.2f} s "
             f"({s['prefill_tokens_per_s']} tok/s) | decode {s['new_tokens']} tokens in {s['decode_s']:.2f} s "
             f"= {s['tokens_per_s']} tok/s ({s['ms_per_token']} ms/token) | stopped by {result.stopped_by}")
+    levels = s.get("levels", {})
+    if len(levels) > 1:
+        parts = [f"{name} accepted {lv['accepted']}/{lv['drafted']} ({lv.get('acceptance', 0):.0%})"
+                 for name, lv in levels.items() if lv["drafted"]]
+        times = ", ".join(f"{name} {lv['seconds']:.2f} s" for name, lv in levels.items())
+        line += (f"\n[triforce] {'; '.join(parts)} | {s['tokens_per_target_pass']} tokens per target pass"
+                 f" | time per level: {times}")
+    return line
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

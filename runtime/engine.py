@@ -165,8 +165,8 @@ class Engine:
                  on_tokens: Callable[[list[int]], None] | None = None,
                  on_prefill: Callable[[int], None] | None = None) -> Result:
         self.check_length(len(prompt_ids), run.max_new_tokens)
-        if (run.mode in DRAFTER_MODES) != (self.drafter is not None):
-            raise ValueError(f"engine was built for another mode than {run.mode!r}")
+        if run.mode in DRAFTER_MODES and self.drafter is None:
+            self.drafter = self.load_drafter(run)
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)

@@ -1,0 +1,106 @@
+"""Every mode on the real default model (fp32, greedy) emits exactly the tokens of `ar`: prompts
+whose lengths are not multiples of the chunk size, and generations that cross retrieval rebuilds.
+The drafter here is the target's first 4 layers (undistilled): a poor but honest drafter, which
+exercises rejections at every level."""
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from runtime.config import RunConfig
+from runtime.engine import Engine
+from runtime.errors import UserError
+
+MODES = ["spec", "retrieval", "streaming", "triforce"]
+
+
+@pytest.fixture(scope="module")
+def cut_drafter(default_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("drafter")
+    raw = json.loads((default_model_dir / "config.json").read_text())
+    raw["num_hidden_layers"] = 4
+    (out / "config.json").write_text(json.dumps(raw))
+    tensors = load_file(str(default_model_dir / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items()
+               if not k.startswith("model.layers.") or int(k.split(".")[2]) < 4}, str(out / "model.safetensors"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(default_model_dir / name, out / name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine(default_model_dir, cut_drafter):
+    return Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter)))
+
+
+@pytest.fixture(scope="module")
+def kjv_ids(engine):
+    from runtime.assets import kjv_books
+    return engine.tokenizer.encode(kjv_books(["Jonah"]))
+
+
+def run(engine, ids, mode, **kw):
+    base = dict(model=str(engine.model_dir), draft_model=str(engine.draft_dir), mode=mode, max_new_tokens=40,
+                retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2, gamma2=4,
+                retrieval_rebuild="every:16")
+    return engine.generate(ids, RunConfig(**{**base, **kw}))
+
+
+@pytest.mark.parametrize("prompt_len", [203, 517])
+def test_every_mode_equals_ar_greedy(engine, kjv_ids, prompt_len):
+    ids = kjv_ids[:prompt_len]
+    expected = run(engine, ids, "ar").token_ids
+    assert len(expected) == 40
+    for mode in MODES:
+        result = run(engine, ids, mode)
+        assert result.token_ids == expected, mode
+        levels = result.stats["levels"]
+        assert levels["target"]["drafted"] > 0, mode             # the target really verified drafts
+        if mode in ("retrieval", "triforce"):
+            assert levels["retrieval"]["rebuilds"] >= 2, mode   # 40 tokens cross rebuilds every 16
+
+
+def test_acceptance_policy_rebuild_and_never(engine, kjv_ids):
+    ids = kjv_ids[:300]
+    expected = run(engine, ids, "ar").token_ids
+    for policy in ("never", "below:0.99"):
+        assert run(engine, ids, "triforce", retrieval_rebuild=policy).token_ids == expected, policy
+
+
+def test_mode_figures_in_stats(engine, kjv_ids):
+    result = run(engine, kjv_ids[:150], "triforce", max_new_tokens=12)
+    s = result.stats
+    assert set(s["levels"]) == {"drafter", "retrieval", "target"}
+    for name in ("retrieval", "target"):
+        level = s["levels"][name]
+        assert 0 <= level["accepted"] <= level["drafted"] and "acceptance" in level
+        assert level["seconds"] > 0 and level["passes"] > 0
+    assert s["tokens_per_target_pass"] == pytest.approx(len(result.token_ids) / s["target_passes"], rel=1e-3)
+
+
+def test_drafter_with_another_vocabulary_is_refused(default_model_dir, cut_drafter, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(cut_drafter, other)
+    raw = json.loads((other / "config.json").read_text())
+    raw["vocab_size"] = 32000
+    (other / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(UserError, match="vocabulary of 32000"):
+        Engine(RunConfig(model=str(default_model_dir), mode="spec", draft_model=str(other)))
+
+
+def test_drafter_with_another_tokenizer_is_refused(default_model_dir, cut_drafter, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(cut_drafter, other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = list(vocab)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]          # same size, two ids swapped
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(UserError, match="different tokenizer"):
+        Engine(RunConfig(model=str(default_model_dir), mode="spec", draft_model=str(other)))
+
+
+def test_custom_target_without_drafter_is_refused(cut_drafter):
+    with pytest.raises(UserError, match="--draft-model"):
+        Engine(RunConfig(model=str(cut_drafter), mode="triforce"))
