@@ -101,8 +101,66 @@ def suite_peers(args) -> dict:
     return dict(suite="peers", read_bandwidth_gbs=bandwidth, rows=rows)
 
 
+def suite_modes(args) -> dict:
+    """Every mode on the same KJV prompt, greedy and sampled: decode ms/token, speedup over `ar`,
+    acceptance per level, tokens per full-target pass. Prefill is reported separately."""
+    from runtime.assets import kjv_text
+    rows = []
+    base = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0],
+                max_new_tokens=args.new_tokens, retrieval_budget=args.budget, gamma1=args.gamma1,
+                gamma2=args.gamma2, top_p=0.9)
+    engine = Engine(RunConfig(mode="triforce", **base))
+    text = kjv_text()
+    for context in args.contexts:
+        ids = engine.tokenizer.encode(text[:context * 6])[:context]
+        for temperature in args.temperatures:
+            ar_ms = None
+            for mode in args.modes:
+                run = RunConfig(mode=mode, temperature=temperature, **base)
+                result = engine.generate(ids, run)
+                s = result.stats
+                ar_ms = s["ms_per_token"] if mode == "ar" else ar_ms
+                row = dict(context=context, temperature=temperature, mode=mode, ms_per_token=s["ms_per_token"],
+                           prefill_s=s["prefill_s"], new_tokens=s["new_tokens"],
+                           tokens_per_target_pass=s["tokens_per_target_pass"],
+                           acceptance={n: lv.get("acceptance") for n, lv in s["levels"].items() if lv["drafted"]},
+                           seconds_per_level={n: lv["seconds"] for n, lv in s["levels"].items()})
+                row["speedup_vs_ar"] = ar_ms / s["ms_per_token"] if ar_ms else None
+                rows.append(row)
+                print(_mode_row(row), flush=True)
+    return dict(suite="modes", budget=args.budget, gamma1=args.gamma1, gamma2=args.gamma2,
+                draft_model=str(engine.draft_dir), rows=rows)
+
+
+def _mode_row(r: dict) -> str:
+    acc = ", ".join(f"{k} {v:.2f}" for k, v in r["acceptance"].items())
+    speed = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] else "-"
+    return (f"| {r['context']} | {r['temperature']} | {r['mode']} | {r['ms_per_token']:.1f} | {speed} "
+            f"| {r['tokens_per_target_pass']} | {acc or '-'} | {r['prefill_s']:.1f} |")
+
+
+def print_modes(report: dict) -> None:
+    print(f"budget {report['budget']}, gamma1 {report['gamma1']}, gamma2 {report['gamma2']}, "
+          f"drafter {report['draft_model']}")
+    print("| context | T | mode | ms/token | speedup vs ar | tokens per target pass | acceptance | prefill s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in report["rows"]:
+        print(_mode_row(r))
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> dict:
-    return dict(cpu=platform.processor() or platform.machine(), cores=torch.get_num_threads(),
+    import os
+    return dict(cpu=cpu_name(), cpus=os.cpu_count(), torch_threads=torch.get_num_threads(),
                 torch=torch.__version__, python=platform.python_version(),
                 cuda=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
 
@@ -118,7 +176,7 @@ def print_peers(report: dict) -> None:
               f"| {r['ours_prefill_s']:.1f} / {r['hf_prefill_s']:.1f} |")
 
 
-SUITES = {"peers": (suite_peers, print_peers)}
+SUITES = {"peers": (suite_peers, print_peers), "modes": (suite_modes, print_modes)}
 
 
 def add_bench_parser(sub) -> None:
@@ -130,10 +188,20 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"])
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--draft-model", help="drafter for the modes suite (default: the embedded drafter)")
+    p.add_argument("--contexts", type=int, nargs="+", default=[4096], help="modes suite: prompt lengths")
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.6], help="modes suite")
+    p.add_argument("--modes", nargs="+", default=["ar", "spec", "retrieval", "streaming", "triforce"])
+    p.add_argument("--budget", type=int, default=1024, help="modes suite: retrieval budget")
+    p.add_argument("--gamma1", type=int, default=2)
+    p.add_argument("--gamma2", type=int, default=6)
     p.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
     run, show = SUITES[args.suite]
     report = run(args)
     report["machine"] = machine()

@@ -905,17 +905,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m runtime.distill ARGS` == `triforce distill ARGS`."""
-    parser = argparse.ArgumentParser(prog="triforce")
-    add_distill_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["distill", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except UserError as e:
-        print(f"triforce: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("triforce: interrupted", file=sys.stderr)
-        return 130
+    from runtime.cli import main as cli_main
+    return cli_main(["distill", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
