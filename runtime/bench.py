@@ -109,7 +109,7 @@ def suite_modes(args) -> dict:
     base = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0],
                 max_new_tokens=args.new_tokens, retrieval_budget=args.budget, gamma1=args.gamma1,
                 gamma2=args.gamma2, top_p=0.9)
-    engine = Engine(RunConfig(mode="triforce", **base))
+    engine = Engine(RunConfig(mode="triforce", **base), keep_prefill=True)  # one prefill serves every mode
     text = kjv_text()
     for context in args.contexts:
         ids = engine.tokenizer.encode(text[:context * 6])[:context]

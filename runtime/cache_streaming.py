@@ -73,6 +73,21 @@ class StreamingCache:
         keys = Rope.rotate(self.k[layer, :, :, :stop], self._cos, self._sin)  # [B, Hkv, S, D]
         return keys, self.v[layer, :, :, :stop]
 
+    def load_from(self, full, rope: Rope) -> None:
+        """Fills the cache from a full cache of the same model (its sinks and most recent tokens),
+        un-rotating the keys back to before RoPE: the `streaming` mode's target level starts from
+        the prefill instead of a second pass over the prompt."""
+        n = full.get_seq_length()
+        keep = list(range(min(self.sinks, n))) + list(range(max(self.sinks, n - self.window), n))
+        index = torch.tensor(keep, device=self.k.device)
+        cos, sin = rope.tables(index.expand(self.batch, -1))               # [B, m, D]
+        for layer in range(self.k.shape[0]):
+            keys = full.k[layer].index_select(2, index)                     # [B, Hkv, m, D] rotated
+            self.k[layer, :, :, :len(keep)] = Rope.rotate(keys, cos, -sin)  # rotation by -position
+            self.v[layer, :, :, :len(keep)] = full.v[layer].index_select(2, index)
+        self.length = self.committed = len(keep)
+        self.evicted = n - len(keep)
+
     def end(self) -> None:
         self.length += self._new
         self._new = 0

@@ -143,3 +143,20 @@ def test_retrieval_keeps_everything_when_the_context_fits_the_budget():
                            device=torch.device("cpu"), dtype=torch.float32)
     cache.rebuild(full)
     assert feed(cache, 10, 1) == list(range(11))
+
+
+def test_streaming_load_from_full_cache_equals_streaming_prefill():
+    rope = Rope(CFG, 64, torch.device("cpu"), torch.float32)
+    full = FullCache(CFG, rope, 1, 64, torch.device("cpu"), torch.float32)
+    full.begin(20)
+    raw = torch.randn(2, 1, 2, 20, 4)                    # keys before RoPE, per layer
+    for layer in range(2):
+        full.update(layer, torch.zeros(1, 4, 20, 4), raw[layer], raw[layer] + 1)
+    full.end()
+    cache = streaming(sinks=4, window=8, scratch=2)
+    cache.load_from(full, rope)
+    assert cache.get_seq_length() == 20 and cache.length == 12 and cache.evicted == 8
+    keep = [0, 1, 2, 3] + list(range(12, 20))
+    for layer in range(2):
+        torch.testing.assert_close(cache.k[layer, :, :, :12], raw[layer][:, :, keep], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cache.v[layer, :, :, :12], raw[layer][:, :, keep] + 1)
