@@ -6,11 +6,14 @@ chunk's (rotated) keys. With GQA a KV head's score sums the dot products of the 
 read it, so every query head's interest counts (the reference assumed H == Hkv and broke on GQA).
 
 Regions of each layer's buffer [B, Hkv, budget + generated capacity, D]:
-    selected   [0, budget)            chunk 0 (sinks), the top-scoring chunks, and the context's
-                                      partial last chunk, in position order; keys keep their
-                                      absolute RoPE positions
+    selected   [0, budget)            chunk 0 (sinks), the top-scoring chunks, the last `recent`
+                                      tokens' chunks and the context's partial last chunk, in
+                                      position order; keys keep their absolute RoPE positions
     generated  [budget, length)       tokens after the context, appended as they come; they never
                                       evict selected chunks, so the budget holds for any length
+The recent region is our addition: scored by one query, pure top-k selection often misses the
+local context that next-token prediction leans on (measured on KJV continuation, budget 512 of
+2K: middle-level acceptance 0.26 without it, 0.67 with 64 recent tokens, 0.76 with 256).
 Any context length works: a trailing partial chunk is always kept (it holds the newest tokens)
 and never scored against whole chunks. rebuild() re-selects from the full cache over everything
 committed so far and empties the generated region.
@@ -32,13 +35,18 @@ def chunk_scores(keys: torch.Tensor, query: torch.Tensor, chunk: int) -> torch.T
     return torch.einsum("bhgd,bhcd->bhc", grouped, means)
 
 
-def select_positions(scores: torch.Tensor, chunk: int, n_chunks: int, tail: int) -> torch.Tensor:
-    """Token positions to keep per KV head: chunk 0, the best `n_chunks - 1` of the others, and
-    the `tail` positions after the last whole chunk. scores [B, Hkv, C] -> positions [B, Hkv, n]."""
+def select_positions(scores: torch.Tensor, chunk: int, n_chunks: int, tail: int,
+                     recent_chunks: int = 0) -> torch.Tensor:
+    """Token positions to keep per KV head: chunk 0, the last `recent_chunks` whole chunks, the
+    best of the others up to `n_chunks` in all, and the `tail` positions after the last whole
+    chunk. scores [B, Hkv, C] -> positions [B, Hkv, n]."""
     B, Hkv, C = scores.shape
-    others = scores[:, :, 1:].topk(n_chunks - 1, dim=-1).indices + 1          # [B, Hkv, n_chunks-1]
-    zero = torch.zeros(B, Hkv, 1, dtype=others.dtype, device=others.device)
-    chunks = torch.cat([zero, others], dim=-1).sort(dim=-1).values           # [B, Hkv, n_chunks]
+    recent_chunks = min(recent_chunks, n_chunks - 1)
+    middle = scores[:, :, 1:C - recent_chunks]
+    best = middle.topk(n_chunks - 1 - recent_chunks, dim=-1).indices + 1     # [B, Hkv, picked]
+    kept = torch.arange(C - recent_chunks, C, device=scores.device).expand(B, Hkv, recent_chunks)
+    zero = torch.zeros(B, Hkv, 1, dtype=best.dtype, device=best.device)
+    chunks = torch.cat([zero, best, kept], dim=-1).sort(dim=-1).values       # [B, Hkv, n_chunks]
     offsets = torch.arange(chunk, device=scores.device)
     positions = (chunks[..., None] * chunk + offsets).flatten(2)             # [B, Hkv, n_chunks*chunk]
     tail_pos = torch.arange(C * chunk, C * chunk + tail, device=scores.device).expand(B, Hkv, tail)
@@ -47,13 +55,14 @@ def select_positions(scores: torch.Tensor, chunk: int, n_chunks: int, tail: int)
 
 class RetrievalCache:
     def __init__(self, cfg: ModelConfig, rope: Rope, batch: int, budget: int, chunk: int,
-                 generated_capacity: int, device: torch.device, dtype: torch.dtype):
+                 generated_capacity: int, device: torch.device, dtype: torch.dtype, recent: int = 0):
         if budget < 2 * chunk:
             raise ValueError(f"retrieval budget {budget} must hold at least two chunks of {chunk}")
         shape = (cfg.num_layers, batch, cfg.num_kv_heads, budget + generated_capacity, cfg.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)    # [L, B, Hkv, S, D], keys rotated
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.rope, self.batch, self.budget, self.chunk = rope, batch, budget, chunk
+        self.recent_chunks = recent // chunk   # whole chunks at the end of the context always kept
         self.selected = 0   # tokens in the selected region (<= budget)
         self.context = 0    # sequence length the selection was made from (= position of generated[0])
         self.length = 0     # filled slots: selected + generated
@@ -72,7 +81,7 @@ class RetrievalCache:
             n_chunks = (self.budget - tail) // self.chunk
             for layer in range(self.k.shape[0]):
                 scores = chunk_scores(full.k[layer, :, :, :whole], full.last_query[layer], self.chunk)
-                pos = select_positions(scores, self.chunk, n_chunks, tail)           # [B, Hkv, n]
+                pos = select_positions(scores, self.chunk, n_chunks, tail, self.recent_chunks)  # [B, Hkv, n]
                 index = pos[..., None].expand(-1, -1, -1, self.k.shape[-1])
                 self.k[layer, :, :, :pos.shape[-1]] = full.k[layer, :, :, :n].gather(2, index)
                 self.v[layer, :, :, :pos.shape[-1]] = full.v[layer, :, :, :n].gather(2, index)

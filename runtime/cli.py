@@ -35,6 +35,7 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
     p.add_argument("--retrieval-budget", type=int, help="middle-level KV budget in tokens")
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
+    p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
     p.add_argument("--draft-window", type=int, help="drafter StreamingLLM recent window")
     p.add_argument("--draft-sinks", type=int, help="drafter StreamingLLM sink tokens")
@@ -45,7 +46,7 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     keys = ("model", "prompt", "prompt_file", "question", "chat", "max_new_tokens", "mode", "temperature",
             "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling", "draft_model", "gamma1",
-            "gamma2", "retrieval_budget", "chunk_size", "retrieval_rebuild", "draft_window", "draft_sinks")
+            "gamma2", "retrieval_budget", "chunk_size", "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
 
 

@@ -191,6 +191,8 @@ class RunConfig:
     draft_window: int = 240         # drafter StreamingLLM cache: recent tokens
     retrieval_budget: int = 4096    # middle-level KV budget in tokens (also the `streaming` mode's cache)
     chunk_size: int = 8             # retrieval chunk length in tokens
+    retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
+                                         # (None: min(256, budget // 4))
     retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
 
     def validate(self) -> "RunConfig":
@@ -205,6 +207,9 @@ class RunConfig:
         for name in ("gamma1", "gamma2", "draft_window", "chunk_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)} must be at least 1")
+        if not 0 <= self.recent_tokens <= self.retrieval_budget // 2:
+            raise UserError(f"retrieval_recent {self.retrieval_recent} must be between 0 and half the "
+                            f"retrieval_budget ({self.retrieval_budget // 2})")
         if self.draft_sinks < 0:
             raise UserError(f"draft_sinks {self.draft_sinks} must be >= 0")
         if self.retrieval_budget < 2 * self.chunk_size:
@@ -213,6 +218,13 @@ class RunConfig:
         self.rebuild_policy  # validates
         self.sampling.validate()
         return self
+
+    @property
+    def recent_tokens(self) -> int:
+        """Tokens at the end of the context the retrieval cache always keeps."""
+        if self.retrieval_recent is None:
+            return min(256, self.retrieval_budget // 4)
+        return self.retrieval_recent
 
     @property
     def rebuild_policy(self) -> tuple[str, float]:

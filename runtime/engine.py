@@ -134,7 +134,7 @@ class Engine:
 
         def retrieval():
             cache = RetrievalCache(self.cfg, rope, 1, run.retrieval_budget, run.chunk_size,
-                                   run.max_new_tokens + run.gamma2 + 2, dev, dt)
+                                   run.max_new_tokens + run.gamma2 + 2, dev, dt, recent=run.recent_tokens)
             return Level("retrieval", self.model, cache, params, run.prefill_chunk)
 
         if run.mode == "ar":

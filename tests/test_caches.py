@@ -105,6 +105,8 @@ def test_select_positions_keeps_chunk0_the_best_chunks_and_the_tail():
     pos = select_positions(scores, chunk=2, n_chunks=3, tail=1)                    # sequence of 11
     assert pos[0, 0].tolist() == [0, 1, 4, 5, 8, 9, 10]    # chunks 0, 2, 4 + tail 10
     assert pos[0, 1].tolist() == [0, 1, 2, 3, 8, 9, 10]    # chunks 0 (always), 1, 4 + tail
+    recent = select_positions(scores, chunk=2, n_chunks=3, tail=1, recent_chunks=2)
+    assert recent[0, 0].tolist() == [0, 1, 6, 7, 8, 9, 10]  # chunk 0 + the last two chunks, whatever they score
 
 
 def test_retrieval_rebuild_selects_per_kv_head_and_generated_tokens_never_evict():
