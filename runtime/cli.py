@@ -17,7 +17,7 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text (UTF-8)")
-    p.add_argument("--question", help="text appended after the prompt (long-context QA)")
+    p.add_argument("--question", help="a question asked about the prompt's text (placed before and after it)")
     p.add_argument("--chat", action="store_true", default=None, help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--mode", choices=MODES)
@@ -66,8 +66,8 @@ def prompt_text(run: RunConfig) -> str:
         text = kjv_books(list(run.kjv_books))
     else:
         raise UserError("no prompt: pass --prompt TEXT or --prompt-file PATH")
-    if run.question:
-        text = f"{text}\n\n{run.question}"
+    if run.question:  # asked before and after the context: small models lose a question asked only once
+        text = f"{run.question}\n\n{text}\n\n{run.question}"
     return text
 
 

@@ -182,7 +182,7 @@ class RunConfig:
     prompt: str | None = None       # prompt text (the CLI's --prompt)
     prompt_file: str | None = None  # file holding the prompt (the CLI's --prompt-file)
     kjv_books: tuple[str, ...] = () # prompt = these books of the embedded KJV (long-context demo jobs)
-    question: str | None = None     # appended after the prompt's text (long-context QA jobs)
+    question: str | None = None     # asked before and after the prompt's text (long-context QA jobs)
     # --- speculation (modes spec, retrieval, streaming, triforce) ---
     draft_model: str | None = None  # drafter checkpoint; None = the embedded drafter of the default target
     gamma1: int = 2                 # tokens the drafter proposes per round to the middle level (triforce)
