@@ -106,7 +106,7 @@ def suite_modes(args) -> dict:
     acceptance per level, tokens per full-target pass. Prefill is reported separately."""
     from runtime.assets import kjv_text
     rows = []
-    base = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0],
+    base = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0], rope_scaling=args.rope_scaling,
                 max_new_tokens=args.new_tokens, retrieval_budget=args.budget, gamma1=args.gamma1,
                 gamma2=args.gamma2, top_p=0.9)
     engine = Engine(RunConfig(mode="triforce", **base), keep_prefill=True)  # one prefill serves every mode
@@ -128,8 +128,33 @@ def suite_modes(args) -> dict:
                 row["speedup_vs_ar"] = ar_ms / s["ms_per_token"] if ar_ms else None
                 rows.append(row)
                 print(_mode_row(row), flush=True)
+            if args.assisted and not args.rope_scaling:
+                row = assisted_row(engine, ids, temperature, args.new_tokens, ar_ms)
+                rows.append(row)
+                print(_mode_row(row), flush=True)
     return dict(suite="modes", budget=args.budget, gamma1=args.gamma1, gamma2=args.gamma2,
                 draft_model=str(engine.draft_dir), rows=rows)
+
+
+def assisted_row(engine: Engine, ids: list[int], temperature: float, new_tokens: int, ar_ms: float) -> dict:
+    """transformers' assisted generation with the same drafter, same prompt and sampling."""
+    from transformers import AutoModelForCausalLM
+    dtype = engine.model.dtype
+    target = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), dtype=dtype).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(str(engine.draft_dir), dtype=dtype).eval()
+    x = torch.tensor([ids])
+    sampling = dict(do_sample=True, temperature=temperature, top_p=0.9) if temperature else dict(do_sample=False)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        target.generate(x, assistant_model=drafter, max_new_tokens=1, min_new_tokens=1, **sampling)
+        prefill_s = time.perf_counter() - start
+        start = time.perf_counter()
+        target.generate(x, assistant_model=drafter, max_new_tokens=1 + new_tokens, min_new_tokens=1 + new_tokens,
+                        **sampling)
+    ms = 1000 * (time.perf_counter() - start - prefill_s) / new_tokens
+    return dict(context=len(ids), temperature=temperature, mode="transformers-assisted", ms_per_token=ms,
+                prefill_s=prefill_s, new_tokens=new_tokens, tokens_per_target_pass=None, acceptance={},
+                seconds_per_level={}, speedup_vs_ar=ar_ms / ms if ar_ms else None)
 
 
 def _mode_row(r: dict) -> str:
@@ -194,6 +219,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.6], help="modes suite")
     p.add_argument("--modes", nargs="+", default=["ar", "spec", "retrieval", "streaming", "triforce"])
     p.add_argument("--budget", type=int, default=1024, help="modes suite: retrieval budget")
+    p.add_argument("--assisted", action="store_true", help="modes suite: also time transformers' assisted "
+                   "generation with the same drafter (contexts within the model's own positions)")
+    p.add_argument("--rope-scaling", help="modes suite: TYPE:FACTOR for contexts beyond the model's positions")
     p.add_argument("--gamma1", type=int, default=2)
     p.add_argument("--gamma2", type=int, default=6)
     p.set_defaults(func=cmd_bench)
