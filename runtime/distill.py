@@ -390,6 +390,21 @@ def swap_in(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+@contextmanager
+def building(out: Path) -> Iterator[Path]:
+    """A fresh temp dir beside `out` to write into; on success its files are made world-readable
+    and it is swapped in for `out`, on any failure it is removed."""
+    tmp = _fresh_dir(out)
+    try:
+        yield tmp
+        for file in tmp.iterdir():
+            file.chmod(0o644)
+        swap_in(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def recover_dir(out: Path) -> None:
     """Undo what a killed writer left: temp dirs, or `out` missing with its previous version aside."""
     for stale in out.parent.glob(f".{out.name}.tmp-*"):
@@ -428,8 +443,7 @@ class RunState:
 def save_checkpoint(out: Path, run: "Run") -> None:
     """config.json + model.safetensors (self-contained: embeddings included) + tokenizer files
     + train_state.pt + distill.json, written in a temp dir and swapped in."""
-    tmp = _fresh_dir(out)
-    try:
+    with building(out) as tmp:
         config = drafter_config(read_config_json(run.target_dir), run.layers, "float32")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         save_file(model_tensors(run.student), str(tmp / "model.safetensors"), metadata={"format": "pt"})
@@ -439,12 +453,6 @@ def save_checkpoint(out: Path, run: "Run") -> None:
                     "optimizer": run.optimizer.state_dict(), "sampler": run.gen.get_state()},
                    tmp / "train_state.pt")
         (tmp / "distill.json").write_text(json.dumps(run.report(), indent=1) + "\n")
-        for file in tmp.iterdir():
-            file.chmod(0o644)
-        swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 # ---------------------------------------------------------------- the run
@@ -700,8 +708,7 @@ def export_compact(ckpt_dir: str | Path, out_dir: str | Path, target_dir: str | 
     shared = read_tensors(target_dir, lambda name: name in shared_names)
     check_shared(ckpt_dir, target_dir, shared)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(out_dir)
-    try:
+    with building(out_dir) as tmp:
         save_file({k: v.to(torch.bfloat16).contiguous() for k, v in own.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         config = drafter_config(read_config_json(ckpt_dir), ModelConfig.from_dir(ckpt_dir).num_layers, "bfloat16")
@@ -713,12 +720,6 @@ def export_compact(ckpt_dir: str | Path, out_dir: str | Path, target_dir: str | 
                     "training_final": report.get("final"), "held_out": report.get("held_out")}
         manifest.update(exported_metrics(tmp, target_dir, report, tokens))
         (tmp / "drafter.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        for file in tmp.iterdir():
-            file.chmod(0o644)
-        swap_in(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
     log(f"exported {out_dir} ({size / 1e6:.1f} MB): held-out agreement {manifest.get('agreement')}")
     return manifest
@@ -805,17 +806,8 @@ def default_drafter_dir() -> Path:
             return target
         for stale in target.parent.glob(f".{target.name}.tmp-*"):  # we hold the lock: killed assemblers'
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = _fresh_dir(target)
-        try:
+        with building(target) as tmp:  # replaces a stale one (an older repo drafter) too
             assemble_drafter(compact, base, tmp)
-            for file in tmp.iterdir():
-                file.chmod(0o644)
-            if target.exists():  # stale (older repo drafter): os.replace needs it gone
-                shutil.rmtree(target)
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
     return target
 
 
