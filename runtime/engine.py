@@ -4,7 +4,6 @@ the Ray actors all call Engine.generate.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
