@@ -4,6 +4,12 @@ Layout: self.k[l] and self.v[l] are [B, Hkv, capacity, D]; positions [0, length)
 rotated at their absolute positions. crop(n) is O(1): it only moves the fill mark, so rolling back
 rejected speculative tokens costs nothing. The query of the last token each layer saw is kept
 (last_query) because the retrieval cache scores the prompt's chunks with it.
+
+Where a layer's K/V live is behind two hooks, so that the offloaded cache (offload/kv.py) changes
+only that: storage(layer) gives the device buffers the layer's pass writes and attends to, and
+stored(layer, start, stop) is told when the pass wrote positions [start, stop). Readers of the
+whole cache (the retrieval rebuild, the streaming level's start, prefill reuse) go through
+layer_kv(layer) and write_layer(layer, k, v).
 """
 from __future__ import annotations
 
@@ -29,17 +35,35 @@ class FullCache:
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.length + T > self.capacity:
             raise ValueError(f"cache capacity {self.capacity} exceeded: {self.length} filled + {T} new")
-        positions = torch.arange(self.length, self.length + T, device=self.k.device).expand(self.batch, T)
+        positions = torch.arange(self.length, self.length + T, device=self.last_query.device).expand(self.batch, T)
         self._new = T
         self._cos, self._sin = self.rope.tables(positions)  # [B, T, D]
         return self._cos, self._sin
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         start, stop = self.length, self.length + self._new
-        self.k[layer, :, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
-        self.v[layer, :, :, start:stop] = v
+        keys, values = self.storage(layer)                             # [B, Hkv, capacity, D]
+        keys[:, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
+        values[:, :, start:stop] = v
         self.last_query[layer] = q[:, :, -1]
-        return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]  # [B, Hkv, S, D]
+        self.stored(layer, start, stop)
+        return keys[:, :, :stop], values[:, :, :stop]                  # [B, Hkv, S, D]
+
+    def storage(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device buffers holding `layer`'s K/V, [B, Hkv, capacity, D] each."""
+        return self.k[layer], self.v[layer]
+
+    def stored(self, layer: int, start: int, stop: int) -> None:
+        """Called once a pass wrote positions [start, stop) of `layer` (the offloaded cache writes them back)."""
+
+    def layer_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled K/V of `layer` on the device, [B, Hkv, length, D] each (keys rotated)."""
+        return self.k[layer, :, :, :self.length], self.v[layer, :, :, :self.length]
+
+    def write_layer(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Sets positions [0, n) of `layer` from k/v [B, Hkv, n, D] (restoring a saved prefill)."""
+        n = k.shape[2]
+        self.k[layer, :, :, :n], self.v[layer, :, :, :n] = k, v
 
     def end(self) -> None:
         self.length += self._new

@@ -72,22 +72,23 @@ class RetrievalCache:
     def rebuild(self, full: FullCache) -> None:
         """Selects the context's best chunks from the full cache, scored with its latest query."""
         n = full.get_seq_length()
-        if n <= self.budget:   # everything fits: the middle level then sees the full context
-            self.k[:, :, :, :n] = full.k[:, :, :, :n]
-            self.v[:, :, :, :n] = full.v[:, :, :, :n]
-        else:
-            whole = n // self.chunk * self.chunk
-            tail = n - whole
-            n_chunks = (self.budget - tail) // self.chunk
-            for layer in range(self.k.shape[0]):
-                scores = chunk_scores(full.k[layer, :, :, :whole], full.last_query[layer], self.chunk)
-                pos = select_positions(scores, self.chunk, n_chunks, tail, self.recent_chunks)  # [B, Hkv, n]
-                index = pos[..., None].expand(-1, -1, -1, self.k.shape[-1])
-                self.k[layer, :, :, :pos.shape[-1]] = full.k[layer, :, :, :n].gather(2, index)
-                self.v[layer, :, :, :pos.shape[-1]] = full.v[layer, :, :, :n].gather(2, index)
-            n = pos.shape[-1]
-        self.selected = self.length = n
-        self.context = full.get_seq_length()
+        whole = n // self.chunk * self.chunk
+        tail = n - whole
+        n_chunks = (self.budget - tail) // self.chunk
+        for layer in range(self.k.shape[0]):
+            keys, values = full.layer_kv(layer)                         # [B, Hkv, n, D], on the device
+            if n <= self.budget:   # everything fits: the middle level then sees the full context
+                self.k[layer, :, :, :n], self.v[layer, :, :, :n] = keys, values
+                kept = n
+                continue
+            scores = chunk_scores(keys[:, :, :whole], full.last_query[layer], self.chunk)
+            pos = select_positions(scores, self.chunk, n_chunks, tail, self.recent_chunks)  # [B, Hkv, kept]
+            index = pos[..., None].expand(-1, -1, -1, self.k.shape[-1])
+            kept = pos.shape[-1]
+            self.k[layer, :, :, :kept] = keys.gather(2, index)
+            self.v[layer, :, :, :kept] = values.gather(2, index)
+        self.selected = self.length = kept
+        self.context = n
 
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.length + T > self.k.shape[3]:

@@ -82,9 +82,10 @@ class StreamingCache:
         index = torch.tensor(keep, device=self.k.device)
         cos, sin = rope.tables(index.expand(self.batch, -1))               # [B, m, D]
         for layer in range(self.k.shape[0]):
-            keys = full.k[layer].index_select(2, index)                     # [B, Hkv, m, D] rotated
+            full_k, full_v = full.layer_kv(layer)                           # [B, Hkv, n, D]
+            keys = full_k.index_select(2, index)                            # [B, Hkv, m, D] rotated
             self.k[layer, :, :, :len(keep)] = Rope.rotate(keys, cos, -sin)  # rotation by -position
-            self.v[layer, :, :, :len(keep)] = full.v[layer].index_select(2, index)
+            self.v[layer, :, :, :len(keep)] = full_v.index_select(2, index)
         self.length = self.committed = len(keep)
         self.evicted = n - len(keep)
 

@@ -39,6 +39,11 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
     p.add_argument("--draft-window", type=int, help="drafter StreamingLLM recent window")
     p.add_argument("--draft-sinks", type=int, help="drafter StreamingLLM sink tokens")
+    p.add_argument("--on-chip-layers", type=int, help="layers whose full KV cache stays on the device; the rest "
+                   "live in the host tier and stream in per layer (default: all on the device)")
+    p.add_argument("--offload-weights", action="store_true", default=None,
+                   help="keep decoder-layer weights in the host tier, streamed one layer ahead of compute")
+    p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
     p.add_argument("--json", help="write the result (token ids, text, stats) to this JSON file")
     p.add_argument("--quiet", action="store_true", help="do not stream text to stdout")
 
@@ -46,7 +51,8 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     keys = ("model", "prompt", "prompt_file", "question", "chat", "max_new_tokens", "mode", "temperature",
             "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling", "draft_model", "gamma1",
-            "gamma2", "retrieval_budget", "chunk_size", "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks")
+            "gamma2", "retrieval_budget", "chunk_size", "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks",
+            "on_chip_layers", "offload_weights", "offload")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
 
 
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.distill import add_distill_parser
     add_distill_parser(sub)
     add_bench_parser(sub)
+    from offload.plan import add_plan_parser
+    add_plan_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

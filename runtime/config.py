@@ -194,6 +194,11 @@ class RunConfig:
     retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
                                          # (None: min(256, budget // 4))
     retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
+    # --- offloading (offload/) ---
+    on_chip_layers: int | None = None  # layers whose full KV stays on the device; the rest live in the
+                                       # host tier and stream per layer (None = all on the device)
+    offload_weights: bool = False   # decoder-layer weights in the host tier, streamed one layer ahead
+    offload: str = "none"           # none | auto: place KV and weights as `triforce plan` says for this machine
 
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
@@ -215,6 +220,10 @@ class RunConfig:
         if self.retrieval_budget < 2 * self.chunk_size:
             raise UserError(f"retrieval_budget {self.retrieval_budget} must hold at least two chunks of "
                             f"chunk_size {self.chunk_size}")
+        if self.on_chip_layers is not None and self.on_chip_layers < 0:
+            raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
+        if self.offload not in ("none", "auto"):
+            raise UserError(f"offload {self.offload!r} must be none or auto")
         self.rebuild_policy  # validates
         self.sampling.validate()
         return self

@@ -70,9 +70,39 @@ class Engine:
         self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
-        self.model = load_model(self.model_dir, run.dtype, self.device, self.cfg)
         self.dtype = run.dtype
+        self.tier = self.copier = self._offloaded = None
+        if run.offload_weights or run.offload == "auto" and weights_need_offload(self.cfg, run, self.device):
+            self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
+            from offload.weights import offload_weights
+            offload_weights(self.model, *self.tiers(), self.device)
+        else:
+            self.model = load_model(self.model_dir, run.dtype, self.device, self.cfg)
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
+
+    def tiers(self):
+        """The host tier and the copier, created on first use (only offloading needs them)."""
+        if self.tier is None:
+            from offload.tier import Copier, HostTier
+            self.tier, self.copier = HostTier(self.device), Copier(self.device)
+        return self.tier, self.copier
+
+    def full_cache(self, run: RunConfig, rope, capacity: int) -> FullCache:
+        """The target's full cache: resident, or with layers beyond on_chip_layers in the host tier."""
+        on_chip = run.on_chip_layers
+        if on_chip is None and run.offload == "auto":
+            from offload.plan import plan_for_run
+            on_chip = plan_for_run(self.cfg, run, capacity, self.device).on_chip_layers
+        if self._offloaded is not None:  # one offloaded cache at a time: return its arenas first
+            self._offloaded.close()
+            self._offloaded = None
+        if on_chip is None or on_chip >= self.cfg.num_layers:
+            return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
+        from offload.kv import OffloadedFullCache
+        tier, copier = self.tiers()
+        self._offloaded = OffloadedFullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype,
+                                             on_chip, tier, copier)
+        return self._offloaded
 
     def load_drafter(self, run: RunConfig) -> Transformer:
         if run.draft_model is None and run.model is not None:
@@ -119,8 +149,7 @@ class Engine:
         """The levels of run.mode, smallest proposer first, and the gammas between them."""
         params, dev, dt = run.sampling, self.device, self.model.dtype
         rope = self.model.rope(capacity)
-        target = Level("target", self.model, FullCache(self.cfg, rope, 1, capacity, dev, dt), params,
-                       run.prefill_chunk)
+        target = Level("target", self.model, self.full_cache(run, rope, capacity), params, run.prefill_chunk)
 
         def streaming(name, model, sinks, window):
             scratch = run.gamma1 + run.gamma2 + 2   # the deepest speculation a round can stack up
@@ -136,16 +165,21 @@ class Engine:
                                    run.max_new_tokens + run.gamma2 + 2, dev, dt, recent=run.recent_tokens)
             return Level("retrieval", self.model, cache, params, run.prefill_chunk)
 
+        def metered(levels):
+            for level in levels:  # every level's passes may stream weights; the target's also KV
+                level.traffic = self.copier.traffic if self.copier else None
+            return levels
+
         if run.mode == "ar":
-            return [target], []
+            return metered([target]), []
         if run.mode == "spec":
-            return [drafter(), target], [run.gamma2]
+            return metered([drafter(), target]), [run.gamma2]
         if run.mode == "retrieval":
-            return [retrieval(), target], [run.gamma2]
+            return metered([retrieval(), target]), [run.gamma2]
         if run.mode == "streaming":
             sinks = min(run.draft_sinks, run.retrieval_budget // 2)
-            return [streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target], [run.gamma2]
-        return [drafter(), retrieval(), target], [run.gamma1, run.gamma2]
+            return metered([streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target]), [run.gamma2]
+        return metered([drafter(), retrieval(), target]), [run.gamma1, run.gamma2]
 
     def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
@@ -171,18 +205,19 @@ class Engine:
         for level in stack:
             level.stats = LevelStats()
         if self.keep_prefill and (self._prefill_memo is None or self._prefill_memo[0] != tuple(context)):
-            full, n = stack[-1].cache, len(context)
-            self._prefill_memo = (tuple(context), full.k[:, :, :, :n].clone(), full.v[:, :, :, :n].clone(),
-                                  full.last_query.clone())
+            full = stack[-1].cache
+            layers = [tuple(t.clone() for t in full.layer_kv(layer)) for layer in range(self.cfg.num_layers)]
+            self._prefill_memo = (tuple(context), layers, full.last_query.clone())
 
     def _reuse_prefill(self, target: Level, context: list[int]) -> bool:
         memo = self._prefill_memo
         if memo is None or memo[0] != tuple(context):
             return False
-        n, full = len(context), target.cache
-        full.k[:, :, :, :n], full.v[:, :, :, :n] = memo[1], memo[2]
-        full.last_query.copy_(memo[3])
-        full.length = n
+        full = target.cache
+        for layer, (k, v) in enumerate(memo[1]):
+            full.write_layer(layer, k, v)
+        full.last_query.copy_(memo[2])
+        full.length = len(context)
         target.cached = list(context)
         target.commit(context)
         return True
@@ -208,12 +243,33 @@ class Engine:
                      new_tokens=n, dtype=self.dtype, device=str(self.device),
                      target_passes=target_passes,
                      tokens_per_target_pass=round(n / target_passes, 3) if target_passes else None,
-                     **level_stats(stack))
+                     **level_stats(stack), **offload_stats(stack, n))
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         return Result(str(self.model_dir), run.mode, len(prompt_ids), gen.token_ids, text, gen.stopped_by, stats)
 
 
 DRAFTER_MODES = ("spec", "triforce")
+
+
+def weights_need_offload(cfg: ModelConfig, run: RunConfig, device: torch.device) -> bool:
+    from offload.plan import plan_for_run
+    return plan_for_run(cfg, run, run.max_new_tokens, device).offload_weights
+
+
+def offload_stats(stack: list[Level], new_tokens: int) -> dict:
+    """Placement and host<->device traffic per generated token, per level (empty when resident)."""
+    full = stack[-1].cache
+    streamed = isinstance(getattr(stack[-1].model.model.layers[0], "streamer", None), list)
+    if not hasattr(full, "on_chip") and not streamed:
+        return {}
+    per_level = {level.name: round(level.stats.moved_bytes / max(1, new_tokens)) for level in stack}
+    return {"offload": dict(on_chip_layers=getattr(full, "on_chip", full_layers(full)), offload_weights=streamed,
+                            moved_bytes_per_token=per_level,
+                            moved_bytes_per_token_total=sum(per_level.values()))}
+
+
+def full_layers(cache: FullCache) -> int:
+    return cache.last_query.shape[0]
 
 
 def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,

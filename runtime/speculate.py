@@ -34,6 +34,7 @@ class LevelStats:
     drafted: int = 0         # tokens proposed to this level (as verifier)
     accepted: int = 0        # of those, accepted
     rebuilds: int = 0        # retrieval cache rebuilds (middle level only)
+    moved_bytes: int = 0     # bytes copied between the host tier and the device during its passes
 
 
 class Level:
@@ -46,6 +47,7 @@ class Level:
         self.cached: list[int] = []  # the tokens whose K/V the cache holds (logically)
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
         self.stats = LevelStats()
+        self.traffic = None          # offload.tier.Traffic when the level's passes move data between tiers
 
     def feed(self, seq: list[int], keep_last: int = 0) -> torch.Tensor | None:
         """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
@@ -53,7 +55,7 @@ class Level:
         if keep < len(self.cached):
             self.cache.crop(keep)
         todo, logits = seq[keep:], None
-        start = time.perf_counter()
+        start, moved = time.perf_counter(), self.traffic.total if self.traffic else 0
         for i in range(0, len(todo), self.max_pass):
             part = torch.tensor([todo[i:i + self.max_pass]], device=self.model.device)  # [1, T]
             final = i + self.max_pass >= len(todo)
@@ -63,6 +65,7 @@ class Level:
             self.stats.passes += 1
         self.stats.fed_tokens += len(todo)
         self.stats.seconds += time.perf_counter() - start
+        self.stats.moved_bytes += self.traffic.total - moved if self.traffic else 0
         self.cached = list(seq)
         return logits
 
