@@ -1,5 +1,7 @@
 """Shared fixtures. Real assets are prepared once per machine (cached under $TRIFORCE_CACHE)."""
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,3 +13,21 @@ def default_model_dir() -> Path:
     from runtime.assets import default_model_dir as prepare
 
     return prepare()
+
+
+@pytest.fixture(scope="session")
+def cut_drafter(default_model_dir, tmp_path_factory) -> Path:
+    """The target's first 4 layers as a drafter (undistilled): a poor but honest drafter, which
+    exercises rejections at every level."""
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("drafter")
+    raw = json.loads((default_model_dir / "config.json").read_text())
+    raw["num_hidden_layers"] = 4
+    (out / "config.json").write_text(json.dumps(raw))
+    tensors = load_file(str(default_model_dir / "model.safetensors"))
+    save_file({k: v for k, v in tensors.items()
+               if not k.startswith("model.layers.") or int(k.split(".")[2]) < 4}, str(out / "model.safetensors"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(default_model_dir / name, out / name)
+    return out

@@ -2,31 +2,13 @@
 whose lengths are not multiples of the chunk size, and generations that cross retrieval rebuilds.
 The drafter here is the target's first 4 layers (undistilled): a poor but honest drafter, which
 exercises rejections at every level."""
-import json
-import shutil
-
 import pytest
-from safetensors.torch import load_file, save_file
 
 from runtime.config import RunConfig
 from runtime.engine import Engine
 from runtime.errors import UserError
 
 MODES = ["spec", "retrieval", "streaming", "triforce"]
-
-
-@pytest.fixture(scope="module")
-def cut_drafter(default_model_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("drafter")
-    raw = json.loads((default_model_dir / "config.json").read_text())
-    raw["num_hidden_layers"] = 4
-    (out / "config.json").write_text(json.dumps(raw))
-    tensors = load_file(str(default_model_dir / "model.safetensors"))
-    save_file({k: v for k, v in tensors.items()
-               if not k.startswith("model.layers.") or int(k.split(".")[2]) < 4}, str(out / "model.safetensors"))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(default_model_dir / name, out / name)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,196 @@
+"""Offloading: the host tier, the copy lanes, the offloaded full cache and weight streaming give
+exactly the resident results, on the real model for every mode and on a tiny model with slow,
+poisoning copies that would expose any read of a buffer before its copy completed."""
+import multiprocessing
+import time
+
+import pytest
+import torch
+
+from offload.kv import OffloadedFullCache
+from offload.plan import GB, GIB, Machine, kv_layer_bytes, layer_weight_bytes, outer_weight_bytes, plan
+from offload.tier import Copier, HostTier
+from offload.weights import offload_weights
+from runtime.cache_full import FullCache
+from runtime.config import ModelConfig, RunConfig
+from runtime.engine import Engine
+from runtime.errors import UserError
+from runtime.model import load_model
+
+transformers = pytest.importorskip("transformers")
+
+
+class PoisonCopier(Copier):
+    """Every copy first fills its destination with NaN, waits, then copies: a compute step that
+    reads a buffer before the copy's event would see NaN (or the previous layer's data)."""
+
+    def _copy(self, dst, src):
+        if dst.is_floating_point():
+            dst.fill_(float("nan"))
+        time.sleep(0.002)
+        dst.copy_(src)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=96, num_hidden_layers=5,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    transformers.LlamaForCausalLM(cfg).eval().save_pretrained(out)
+    return out
+
+
+def run_passes(model, cache, tokens):
+    """Prefill in two chunks, a speculative 5-token pass, a crop, then three 1-token steps."""
+    out = [model(tokens[:, :37], cache), model(tokens[:, 37:80], cache)]
+    out.append(model(tokens[:, 80:85], cache))
+    cache.crop(82)
+    for t in range(82, 85):
+        out.append(model(tokens[:, t:t + 1], cache))
+    return torch.cat([o[:, -1] for o in out])  # [passes, V]
+
+
+@pytest.mark.parametrize("on_chip", [0, 2, 4])
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_offloaded_cache_equals_resident_with_poisoned_slow_copies(tiny_dir, on_chip, prefetch):
+    model = load_model(tiny_dir)
+    tokens = torch.randint(0, 320, (1, 90), generator=torch.Generator().manual_seed(1))
+    expected = run_passes(model, FullCache(model.cfg, model.rope(128), 1, 128, model.device, model.dtype), tokens)
+    tier, copier = HostTier(model.device), PoisonCopier(model.device)
+    cache = OffloadedFullCache(model.cfg, model.rope(128), 1, 128, model.device, model.dtype, on_chip, tier, copier,
+                               prefetch=prefetch)
+    got = run_passes(model, cache, tokens)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    for layer in range(model.cfg.num_layers):  # the host tier holds exactly what the resident cache holds
+        assert cache.layer_kv(layer)[0].shape[2] == 85
+    cache.close()
+    assert tier.bytes == 0
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_streamed_weights_equal_resident_with_poisoned_slow_copies(tiny_dir, prefetch):
+    resident = load_model(tiny_dir)
+    tokens = torch.randint(0, 320, (1, 90), generator=torch.Generator().manual_seed(2))
+    expected = run_passes(resident, FullCache(resident.cfg, resident.rope(128), 1, 128, resident.device,
+                                              resident.dtype), tokens)
+    model = load_model(tiny_dir)
+    tier, copier = HostTier(model.device), PoisonCopier(model.device)
+    offload_weights(model, tier, copier, model.device, prefetch=prefetch)
+    cache = OffloadedFullCache(model.cfg, model.rope(128), 1, 128, model.device, model.dtype, 1, tier, copier)
+    got = run_passes(model, cache, tokens)
+    assert not got.isnan().any()
+    # not bit-exact: the slot tensors sit at other addresses, so BLAS may pick other kernels (~1e-7)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    layer_bytes = layer_weight_bytes(model.cfg, 4)
+    assert copier.traffic.host_to_device >= 6 * model.cfg.num_layers * layer_bytes  # each of the 6 passes streamed them
+
+
+def _read_arena(prefix, queue):
+    tensor, arena = HostTier.attach(prefix, "x", (4, 8), torch.float32)
+    queue.put(tensor.sum().item())
+    tensor.fill_(2.0)  # writes are visible to the owner: it is one memory
+    del tensor
+    arena.close()
+
+
+def test_host_tier_is_shared_with_another_process():
+    tier = HostTier(torch.device("cpu"))
+    x = tier.allocate("x", (4, 8), torch.float32)
+    x.fill_(1.5)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_read_arena, args=(tier.prefix, queue))
+    proc.start()
+    proc.join(60)
+    assert queue.get(timeout=5) == 48.0
+    assert float(x.sum()) == 64.0
+    with pytest.raises(FileNotFoundError, match="memory actor"):
+        HostTier.attach(tier.prefix, "missing", (1,), torch.float32)
+    del x
+    tier.close()
+
+
+# ---- the real model: every mode, KV and weights offloaded -------------------------------------------
+
+@pytest.fixture(scope="module")
+def engines(default_model_dir, cut_drafter):
+    base = dict(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter))
+    return Engine(RunConfig(**base)), Engine(RunConfig(offload_weights=True, **base))
+
+
+@pytest.mark.parametrize("mode", ["ar", "spec", "retrieval", "streaming", "triforce"])
+def test_every_mode_offloaded_equals_resident_greedy(engines, mode):
+    from runtime.assets import kjv_books
+    resident, streamed = engines
+    ids = resident.tokenizer.encode(kjv_books(["Jonah"]))[:203]
+    base = dict(model=str(resident.model_dir), draft_model=str(resident.draft_dir), mode=mode, max_new_tokens=16,
+                retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2, gamma2=4,
+                retrieval_rebuild="every:8", prefill_chunk=64)
+    expected = resident.generate(ids, RunConfig(**base))
+    kv = resident.generate(ids, RunConfig(on_chip_layers=11, **base))
+    both = streamed.generate(ids, RunConfig(on_chip_layers=0, **base))
+    assert kv.token_ids == expected.token_ids
+    assert both.token_ids == expected.token_ids
+    assert "offload" not in expected.stats
+    moved = kv.stats["offload"]["moved_bytes_per_token"]
+    assert moved["target"] > 0 and all(v == 0 for k, v in moved.items() if k != "target")  # drafting stays on chip
+    assert both.stats["offload"]["offload_weights"] is True
+
+
+# ---- the planner -------------------------------------------------------------------------------------
+
+def llama2_7b() -> ModelConfig:
+    from offload.plan import _config
+    return _config("configs/models/llama2-7b-128k.json", None)
+
+
+@pytest.mark.parametrize("gpus, memory_gib, context", [(1, 24, 127_000), (2, 24, 127_000), (1, 80, 122_000),
+                                                       (2, 24, 16_000), (1, 24, 32_000), (1, 12, 127_000)])
+def test_plan_never_exceeds_the_memory_it_was_given(gpus, memory_gib, context):
+    cfg = llama2_7b()
+    m = Machine(gpus, memory_gib * GIB, 1000 * GB, 25 * GB, 256 * GIB)
+    p = plan(cfg, m, "fp16", context)
+    assert sum(p.device_bytes.values()) <= gpus * (memory_gib * GIB) - gpus * 1.5 * GIB
+    assert sum(p.host_bytes.values()) <= m.host_memory
+    kv_total = cfg.num_layers * kv_layer_bytes(cfg, 2, context)
+    assert p.device_bytes["full_kv_on_chip"] + p.host_bytes["full_kv"] == kv_total
+    assert p.offload_weights == (memory_gib == 12)  # 13.5 GB of weights cannot stay on a 12 GB card
+    assert p.triforce_ms < p.ar_ms
+
+
+def test_plan_for_the_papers_offloaded_setting_is_near_its_measurements():
+    m = Machine(2, 24 * GIB, 1008 * GB, 0.8 * 31.5 * GB, 256 * GIB)
+    p = plan(llama2_7b(), m, "fp16", 127_000)
+    assert 0 < p.on_chip_layers < 32
+    assert 600 < p.ar_ms < 1100            # the paper measured 840 ms
+    assert 70 < p.triforce_ms < 160        # and 108 ms
+
+
+def test_plan_refuses_what_fits_nowhere():
+    m = Machine(1, 8 * GIB, 500 * GB, 10 * GB, 16 * GIB)
+    with pytest.raises(UserError, match="does not fit"):
+        plan(llama2_7b(), m, "fp16", 127_000)
+
+
+def test_plan_command(capsys, tmp_path):
+    from runtime.cli import main
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--model", "configs/models/llama2-7b-128k.json", "--context", "127000", "--gpus", "2",
+                 "--gpu-memory-gb", "24", "--pcie-gen", "4", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "--on-chip-layers" in text and "predicted ar" in text
+    assert out.exists()
+    assert main(["plan", "--context", "1000", "--gpus", "2"]) == 2
+    assert "--gpu-memory-gb" in capsys.readouterr().err
+    assert main(["plan", "--context", "1000", "--acceptance", "2,0.5"]) == 2
+
+
+def test_offload_flags_reach_the_run_config():
+    from runtime.cli import main
+    with pytest.raises(UserError, match="on_chip_layers -1"):
+        RunConfig(on_chip_layers=-1).validate()
+    with pytest.raises(UserError, match="offload 'always'"):
+        RunConfig(offload="always").validate()
+    assert main(["generate", "--prompt", "x", "--offload", "auto", "--on-chip-layers", "-2"]) == 2
