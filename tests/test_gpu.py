@@ -32,3 +32,38 @@ def test_every_mode_equals_ar_on_cuda(default_model_dir):
     expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
     for mode in ("spec", "retrieval", "streaming", "triforce"):
         assert engine.generate(ids, RunConfig(mode=mode, **base)).token_ids == expected, mode
+
+
+def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(default_model_dir):
+    from runtime.assets import kjv_books
+    resident = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32"))
+    streamed = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32", offload_weights=True))
+    ids = resident.tokenizer.encode(kjv_books(["Jonah"]))[:517]
+    base = dict(device="cuda", dtype="fp32", max_new_tokens=32, retrieval_budget=128, chunk_size=8,
+                retrieval_rebuild="every:16", prefill_chunk=128)
+    for mode in ("ar", "spec", "retrieval", "streaming", "triforce"):
+        expected = resident.generate(ids, RunConfig(mode=mode, **base)).token_ids
+        assert resident.generate(ids, RunConfig(mode=mode, on_chip_layers=7, **base)).token_ids == expected, mode
+        assert streamed.generate(ids, RunConfig(mode=mode, on_chip_layers=0, **base)).token_ids == expected, mode
+
+
+def test_copy_lanes_order_by_events_on_cuda():
+    """A slow, poisoning copy on the load lane: compute that waits on its event sees the data."""
+    from offload.tier import Copier, HostTier
+
+    class SlowPoison(Copier):
+        def _copy(self, dst, src):
+            dst.fill_(float("nan"))
+            torch.cuda._sleep(2_000_000)  # ~1 ms of GPU cycles on the copy stream
+            dst.copy_(src, non_blocking=True)
+
+    tier, copier = HostTier(torch.device("cuda")), SlowPoison(torch.device("cuda"))
+    host = tier.allocate("x", (1024, 1024), torch.float32)
+    host.fill_(3.0)
+    assert host.is_pinned()
+    dst = torch.empty(1024, 1024, device="cuda")
+    for _ in range(5):
+        event = copier.copy("load_cache", dst, host, [copier.record()])
+        copier.wait(event)
+        assert float(dst.sum()) == 3.0 * 1024 * 1024
+    tier.close()
