@@ -201,7 +201,12 @@ def print_peers(report: dict) -> None:
               f"| {r['ours_prefill_s']:.1f} / {r['hf_prefill_s']:.1f} |")
 
 
-SUITES = {"peers": (suite_peers, print_peers), "modes": (suite_modes, print_modes)}
+def _offload_suite():
+    from offload.bench import print_offload, suite_offload
+    return suite_offload, print_offload
+
+
+SUITES = {"peers": (suite_peers, print_peers), "modes": (suite_modes, print_modes), "offload": _offload_suite()}
 
 
 def add_bench_parser(sub) -> None:

@@ -114,6 +114,11 @@ def summary_line(result) -> str:
         times = ", ".join(f"{name} {lv['seconds']:.2f} s" for name, lv in levels.items())
         line += (f"\n[triforce] {'; '.join(parts)} | {s['tokens_per_target_pass']} tokens per target pass"
                  f" | time per level: {times}")
+    off = s.get("offload")
+    if off:
+        moved = ", ".join(f"{name} {b / 1e6:.1f}" for name, b in off["moved_bytes_per_token"].items())
+        line += (f"\n[triforce] offload: KV of {off['on_chip_layers']} layers on the device, weights "
+                 f"{'streamed' if off['offload_weights'] else 'on the device'} | MB moved per token: {moved}")
     return line
 
 
