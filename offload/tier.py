@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import atexit
 import math
+import os
+import shutil
 import threading
 import uuid
 import weakref
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 
 import torch
+
+from runtime.errors import UserError
 
 LANES = ("load_weight", "load_cache", "store_cache")
 
@@ -150,9 +154,9 @@ class HostTier:
                 raise ValueError(f"host tier {self.prefix!r} already has an arena named {name!r}")
             nbytes = max(1, math.prod(shape) * torch.empty(0, dtype=dtype).element_size())
             arena = shared_memory.SharedMemory(name=f"{self.prefix}-{name}", create=True, size=nbytes)
+            _reserve(arena, nbytes, name)
             self.arenas[name] = arena
-        tensor = _view(arena, shape, dtype)
-        tensor.zero_()
+        tensor = _view(arena, shape, dtype)  # zeros: new shared memory reads as zeros
         if self.device.type == "cuda":
             _pin(tensor)
         self.tensors[name] = tensor
@@ -194,6 +198,24 @@ class HostTier:
             arena.unlink()
         except FileNotFoundError:
             pass
+
+
+def _reserve(arena: shared_memory.SharedMemory, nbytes: int, name: str) -> None:
+    """Backs the arena with memory now: a full /dev/shm then fails here with a clear error, instead
+    of killing the process with SIGBUS when a copy first touches the missing pages."""
+    fd = getattr(arena, "_fd", -1)
+    if fd < 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as e:
+        free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+        arena.close()
+        arena.unlink()
+        raise UserError(f"the host tier cannot hold arena {name!r} of {nbytes / 2**30:.2f} GiB ({e.strerror}; "
+                          f"/dev/shm has {free / 2**30:.2f} GiB free): raise the shared-memory size (Docker: "
+                          "--shm-size; Ray: object_store_memory leaves room), or keep more layers on the device "
+                          "(--on-chip-layers)") from None
 
 
 def _view(arena: shared_memory.SharedMemory, shape, dtype) -> torch.Tensor:

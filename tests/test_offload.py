@@ -194,3 +194,14 @@ def test_offload_flags_reach_the_run_config():
     with pytest.raises(UserError, match="offload 'always'"):
         RunConfig(offload="always").validate()
     assert main(["generate", "--prompt", "x", "--offload", "auto", "--on-chip-layers", "-2"]) == 2
+
+
+def test_a_full_host_tier_is_a_clear_error(monkeypatch):
+    import os
+    def no_space(fd, offset, length):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", no_space)
+    tier = HostTier(torch.device("cpu"))
+    with pytest.raises(UserError, match="--shm-size"):
+        tier.allocate("big", (1024,), torch.float32)
+    assert tier.bytes == 0
