@@ -87,8 +87,6 @@ class OffloadedFullCache(FullCache):
         slot = self.slots[s]
         slot.stored, slot.valid = event, stop
         self.store_events[layer] = event
-        if not self.prefetch:
-            slot.released = self.copier.record()
 
     def layer_kv(self, layer: int):
         if layer < self.on_chip:

@@ -79,9 +79,9 @@ class Copier:
             for event in after:
                 stream.wait_event(event)
             with torch.cuda.stream(stream):
-                # both tensors are used on another stream: keep the allocator from reusing them early
-                dst.record_stream(stream) if dst.is_cuda else None
-                src.record_stream(stream) if src.is_cuda else None
+                for t in (dst, src):  # used on another stream: keep the allocator from reusing them early
+                    if t.is_cuda:
+                        t.record_stream(stream)
                 self._copy(dst, src)
                 event = torch.cuda.Event()
                 event.record(stream)
