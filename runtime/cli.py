@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.distill import add_distill_parser
     add_distill_parser(sub)
     add_bench_parser(sub)
+    from runtime.batch import add_batch_parser
+    add_batch_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
