@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from runtime.batch import (MAX_MESSAGE_BYTES, OutputFile, Replica, error_record, pack, read_jobs, schedule,
@@ -238,8 +239,11 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, kjv_prompt
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"
+    replicas = psutil.Process(proc.pid).children()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    gone, alive = psutil.wait_procs(replicas, timeout=10)
+    assert replicas and not alive, "a replica outlived its killed driver"
     partial = records_by_id(out)
     assert 4 <= len(partial) < 13
     with open(out, "ab") as f:
