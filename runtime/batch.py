@@ -211,19 +211,39 @@ class Replica:
         self.engine = Engine(self.defaults)
 
     def run(self, message: bytes) -> bytes:
-        """{"jobs": [job, ...]} -> {"results": [record, ...]} (msgpack both ways)."""
+        """{"jobs": [job, ...]} -> {"results": [record, ...]} (msgpack both ways). Several jobs are
+        decoded together (runtime/batched.py), one alone through Engine.generate."""
         jobs = unpack(message)["jobs"]
-        return pack({"results": [self.run_job(job) for job in jobs]})
+        records, ready, outcomes = {}, [], []
+        for job in jobs:
+            try:
+                ready.append((job, *self.prepare(job)))
+            except UserError as e:
+                records[job["id"]] = error_record(job["id"], job["line"], str(e))
+        if len(ready) == 1:
+            job, run, ids = ready[0]
+            try:
+                outcomes = [self.engine.generate(ids, run)]
+            except (UserError, ValueError, RuntimeError) as e:
+                outcomes = [e]
+        elif ready:
+            from runtime.batched import generate_batch
+            outcomes = generate_batch(self.engine, [ids for _, _, ids in ready], [run for _, run, _ in ready]).results
+        for (job, run, _), outcome in zip(ready, outcomes):
+            record = records[job["id"]] = self.record(job, run, outcome)
+            if record["status"] == "ok":
+                record["stats"]["batch"] = len(ready)   # sequences decoded together with this one
+        return pack({"results": [records[job["id"]] for job in jobs]})
 
-    def run_job(self, job: dict) -> dict:
-        try:
-            run, ids = self.prepare(job)
-            result = self.engine.generate(ids, run)
-        except (UserError, ValueError, RuntimeError) as e:   # RuntimeError: e.g. out of memory
-            reason = str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+    @staticmethod
+    def record(job: dict, run: RunConfig, outcome) -> dict:
+        if isinstance(outcome, (UserError, ValueError, RuntimeError)):   # RuntimeError: e.g. out of memory
+            reason = str(outcome) if isinstance(outcome, UserError) else f"{type(outcome).__name__}: {outcome}"
             return error_record(job["id"], job["line"], reason)
-        stats = dict(result.stats, prompt_tokens=result.prompt_tokens, stopped_by=result.stopped_by, mode=run.mode)
-        return {"id": job["id"], "status": "ok", "error": None, "text": result.text, "token_ids": result.token_ids,
+        if isinstance(outcome, BaseException):   # a bug: surface it (the replica dies, the driver says why)
+            raise outcome
+        stats = dict(outcome.stats, prompt_tokens=outcome.prompt_tokens, stopped_by=outcome.stopped_by, mode=run.mode)
+        return {"id": job["id"], "status": "ok", "error": None, "text": outcome.text, "token_ids": outcome.token_ids,
                 "stats": stats, "line": job["line"]}
 
     def prepare(self, job: dict) -> tuple[RunConfig, list[int]]:
@@ -559,7 +579,7 @@ def summary_table(summary: dict) -> str:
 # ------------------------------------------------------------------------------------------ CLI
 RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
              "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "retrieval_budget", "chunk_size",
-             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks")
+             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "batch_size")
 
 
 def add_batch_parser(sub) -> None:
@@ -594,6 +614,7 @@ def add_batch_parser(sub) -> None:
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
     p.add_argument("--draft-window", type=int)
     p.add_argument("--draft-sinks", type=int)
+    p.add_argument("--batch-size", type=int, help="sequences each replica decodes together (default 1)")
     p.set_defaults(func=cmd_batch)
 
 
@@ -635,10 +656,11 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path) -> int:
         replicas = min(args.replicas, len(todo))
         threads = args.threads or max(1, (os.cpu_count() or 1) // replicas)
         pool_cls = RayPool if args.backend == "ray" else LocalPool
-        progress.note(f"{len(todo)} records to run on {replicas} {args.backend} replica(s), {threads} thread(s) each")
+        progress.note(f"{len(todo)} records to run on {replicas} {args.backend} replica(s), {threads} thread(s) "
+                      f"and batches of up to {defaults.batch_size} sequences each")
         pool = pool_cls(replicas, dataclasses.asdict(defaults), threads)
         try:
-            schedule(todo, pool, 1, on_record, on_event=progress.note)
+            schedule(todo, pool, defaults.batch_size, on_record, on_event=progress.note)
         finally:
             pool.close()
     progress.show(force=True)

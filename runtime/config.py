@@ -194,6 +194,8 @@ class RunConfig:
     retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
                                          # (None: min(256, budget // 4))
     retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
+    # --- batch jobs (`triforce batch`) ---
+    batch_size: int = 1             # sequences one replica decodes together (model passes packed across them)
 
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
@@ -204,7 +206,7 @@ class RunConfig:
             raise UserError(f"max_new_tokens {self.max_new_tokens} must be at least 1")
         if self.prefill_chunk < 1:
             raise UserError(f"prefill_chunk {self.prefill_chunk} must be at least 1")
-        for name in ("gamma1", "gamma2", "draft_window", "chunk_size"):
+        for name in ("gamma1", "gamma2", "draft_window", "chunk_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)} must be at least 1")
         if not 0 <= self.recent_tokens <= self.retrieval_budget // 2:

@@ -210,6 +210,8 @@ def records_by_id(path: Path) -> dict:
 
 @pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, kjv_prompts):
+    """The uninterrupted run decodes in batches of 3 on 2 replicas, the killed and resumed one
+    record by record on one: greedy and seeded records must agree token for token."""
     (tmp_path / "long.txt").write_text("and it came to pass " * 2500)
     (tmp_path / "p.txt").write_text(kjv_prompts[9])
     lines = [{"id": f"ruth-{i}", "prompt": p} for i, p in enumerate(kjv_prompts[:8])]
@@ -221,7 +223,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, kjv_prompt
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     ref = tmp_path / "ref.jsonl"
-    done = subprocess.run(batch_cmd(inp, ref, "--replicas", "2"), cwd=REPO, env=env, capture_output=True, text=True,
+    done = subprocess.run(batch_cmd(inp, ref, "--replicas", "2", "--batch-size", "3"), cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert "13/13 records" in done.stderr and "acceptance" in done.stderr
