@@ -36,6 +36,7 @@ MAX_ATTEMPTS = 2               # replica deaths a job may cause before it is rec
 RECORD_PARAMS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int, "seed": int,
                  "mode": str}  # per-record overrides of the run defaults, with their types
 PROMPT_KEYS = ("prompt", "prompt_file", "messages")
+TYPE_NAMES = {int: "an int", float: "a number", str: "a string"}
 
 
 # ---------------------------------------------------------------------------------------- wire
@@ -70,7 +71,7 @@ def _check_params(params: dict, defaults: RunConfig) -> RunConfig:
         ok = (isinstance(value, kind) and not isinstance(value, bool)) or \
              (kind is float and isinstance(value, int) and not isinstance(value, bool))
         if not ok:
-            raise UserError(f"{key} {value!r} must be {'a number' if kind is float else 'an ' + kind.__name__ if kind is int else 'a string'}")
+            raise UserError(f"{key} {value!r} must be {TYPE_NAMES[kind]}")
         if kind is float and not math.isfinite(value):
             raise UserError(f"{key} {value!r} must be finite")
     return dataclasses.replace(defaults, **params).validate()

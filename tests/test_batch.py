@@ -223,8 +223,8 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, kjv_prompt
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
     ref = tmp_path / "ref.jsonl"
-    done = subprocess.run(batch_cmd(inp, ref, "--replicas", "2", "--batch-size", "3"), cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(batch_cmd(inp, ref, "--replicas", "2", "--batch-size", "3"), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "13/13 records" in done.stderr and "acceptance" in done.stderr
     expected = records_by_id(ref)
