@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     add_bench_parser(sub)
     from offload.plan import add_plan_parser
     add_plan_parser(sub)
+    from runtime.batch import add_batch_parser
+    add_batch_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -199,6 +199,8 @@ class RunConfig:
                                        # host tier and stream per layer (None = all on the device)
     offload_weights: bool = False   # decoder-layer weights in the host tier, streamed one layer ahead
     offload: str = "none"           # none | auto: place KV and weights as `triforce plan` says for this machine
+    # --- batch jobs (`triforce batch`) ---
+    batch_size: int = 1             # sequences one replica decodes together (model passes packed across them)
 
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
@@ -209,7 +211,7 @@ class RunConfig:
             raise UserError(f"max_new_tokens {self.max_new_tokens} must be at least 1")
         if self.prefill_chunk < 1:
             raise UserError(f"prefill_chunk {self.prefill_chunk} must be at least 1")
-        for name in ("gamma1", "gamma2", "draft_window", "chunk_size"):
+        for name in ("gamma1", "gamma2", "draft_window", "chunk_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)} must be at least 1")
         if not 0 <= self.recent_tokens <= self.retrieval_budget // 2:

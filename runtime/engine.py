@@ -4,6 +4,7 @@ the Ray actors all call Engine.generate.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -71,7 +72,7 @@ class Engine:
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
-        self.tier = self.copier = self._offloaded = None
+        self.tier = self.copier = None
         if run.offload_weights or run.offload == "auto" and weights_need_offload(self.cfg, run, self.device):
             self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
             from offload.weights import offload_weights
@@ -93,16 +94,13 @@ class Engine:
         if on_chip is None and run.offload == "auto":
             from offload.plan import plan_for_run
             on_chip = plan_for_run(self.cfg, run, capacity, self.device).on_chip_layers
-        if self._offloaded is not None:  # one offloaded cache at a time: return its arenas first
-            self._offloaded.close()
-            self._offloaded = None
         if on_chip is None or on_chip >= self.cfg.num_layers:
             return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
         from offload.kv import OffloadedFullCache
         tier, copier = self.tiers()
-        self._offloaded = OffloadedFullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype,
-                                             on_chip, tier, copier)
-        return self._offloaded
+        # arenas per request (closed when it ends), named uniquely: batched sequences run at once
+        return OffloadedFullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype,
+                                  on_chip, tier, copier, name=f"kv-{next(_ARENA_IDS)}")
 
     def load_drafter(self, run: RunConfig) -> Transformer:
         if run.draft_model is None and run.model is not None:
@@ -229,6 +227,13 @@ class Engine:
         if run.mode in DRAFTER_MODES and self.drafter is None:
             self.drafter = self.load_drafter(run)
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
+        try:
+            return self._generate(stack, gammas, prompt_ids, run, on_tokens, on_prefill)
+        finally:
+            if hasattr(stack[-1].cache, "close"):  # an offloaded cache returns its host-tier arenas
+                stack[-1].cache.close()
+
+    def _generate(self, stack, gammas, prompt_ids, run, on_tokens, on_prefill) -> Result:
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
         decoder = SpecDecoder(stack, gammas, list(prompt_ids), generator, on_round=rebuild_policy(run, len(prompt_ids)))
@@ -249,6 +254,7 @@ class Engine:
 
 
 DRAFTER_MODES = ("spec", "triforce")
+_ARENA_IDS = itertools.count()
 
 
 def weights_need_offload(cfg: ModelConfig, run: RunConfig, device: torch.device) -> bool:

@@ -1,0 +1,180 @@
+"""Batched decoding within one replica: B sequences decoded together, any mode, lossless.
+
+Each sequence runs the *unchanged* single-sequence code (Engine.generate: prefill, SpecDecoder,
+per-sequence acceptance with its own seeded generator, rebuild policy) in its own thread. Only
+the forward passes are shared: a sequence's model call becomes a request to the Batcher, which
+waits until every live sequence is waiting on a pass, then runs one *packed* pass for all
+requests on the same weights (the middle level and the target share the target's weights, so
+their passes pack together too):
+
+    requests   seq 0: 1 token  -> its FullCache         (target verifying)
+               seq 1: 7 tokens -> its RetrievalCache    (middle level)
+               seq 2: 1 token  -> its FullCache
+    packed     tokens [1, 9]: embedding, norms, QKV/O projections and the MLP run once over all 9
+               rows (the weights are read once: that is the batching gain); attention runs per
+               sequence on that sequence's own cache, exactly as it would alone.
+
+Ragged lengths need no padding and no masks: each sequence keeps its own caches, positions and
+fill lengths, and the packed rows are split back per sequence around attention. A sequence's
+tokens therefore depend only on its own prompt and seed (greedy batched == one at a time, and a
+seeded record gives the same text whatever it is batched with).
+"""
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+
+import torch
+
+from runtime.attention import attend
+from runtime.rope import Rope
+
+
+@dataclass(eq=False)
+class Request:
+    model: torch.nn.Module
+    tokens: torch.Tensor              # [1, T]
+    cache: object                     # the sequence's KVCache for this level
+    last_only: bool
+    logits: torch.Tensor | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
+@torch.inference_mode()
+def packed_forward(model, requests: list[Request]) -> list[torch.Tensor]:
+    """One pass of `model` over several sequences' new tokens, each with its own cache.
+    Returns each request's logits [1, T_i, V] ([1, 1, V] with last_only), float32."""
+    sizes = [r.tokens.shape[1] for r in requests]
+    tables = [r.cache.begin(n) for r, n in zip(requests, sizes)]               # each [1, T_i, D]
+    cos = torch.cat([c for c, _ in tables], dim=1)                             # [1, ΣT, D]
+    sin = torch.cat([s for _, s in tables], dim=1)
+    x = model.model.embed_tokens(torch.cat([r.tokens for r in requests], dim=1))  # [1, ΣT, E]
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        h = layer.input_layernorm(x)
+        n = h.shape[1]
+        q = attn.q_proj(h).view(1, n, attn.H, attn.D).transpose(1, 2)           # [1, H, ΣT, D]
+        k = attn.k_proj(h).view(1, n, attn.Hkv, attn.D).transpose(1, 2)         # [1, Hkv, ΣT, D] before RoPE
+        v = attn.v_proj(h).view(1, n, attn.Hkv, attn.D).transpose(1, 2)         # [1, Hkv, ΣT, D]
+        q = Rope.rotate(q, cos, sin)
+        outs = []
+        for r, q_i, k_i, v_i in zip(requests, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)):
+            keys, values = r.cache.update(attn.layer, q_i, k_i, v_i)             # [1, Hkv, S_i, D]
+            outs.append(attend(q_i, keys, values))                              # [1, T_i, H, D]
+        x = x + attn.o_proj(torch.cat(outs, dim=1).reshape(1, n, attn.H * attn.D))
+        x = x + layer.mlp(layer.post_attention_layernorm(x))
+    for r in requests:
+        r.cache.end()
+    ends = torch.tensor(sizes, device=x.device).cumsum(0).tolist()             # host values: split points
+    picks = [torch.arange(e - 1 if r.last_only else e - t, e) for r, e, t in zip(requests, ends, sizes)]
+    rows = x[0, torch.cat(picks).to(x.device)]                                 # [R, E] only the rows asked for
+    logits = model.lm_head(model.model.norm(rows)).float()                     # [R, V]
+    return [part[None] for part in logits.split([len(p) for p in picks])]      # each [1, T_i | 1, V]
+
+
+class Batcher:
+    """Collects the forward passes of `live` sequence threads; when all of them wait, runs the
+    largest group of requests on the same weights as one packed pass (in the calling thread of
+    run_until_done), wakes those sequences, and repeats until every sequence has finished."""
+
+    def __init__(self, live: int):
+        self.live, self.pending, self.cond = live, [], threading.Condition()
+        self.passes, self.packed_rows = 0, 0   # figures: packed passes run, requests they served
+
+    def forward(self, model, tokens: torch.Tensor, cache, last_only: bool) -> torch.Tensor:
+        """Called from a sequence thread in place of model(tokens, cache, last_only)."""
+        request = Request(model, tokens, cache, last_only)
+        with self.cond:
+            self.pending.append(request)
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: request.done)
+        if request.error is not None:
+            raise request.error
+        return request.logits
+
+    def finished(self) -> None:
+        with self.cond:
+            self.live -= 1
+            self.cond.notify_all()
+
+    def run_until_done(self) -> None:
+        with self.cond:
+            while True:
+                self.cond.wait_for(lambda: self.live == 0 or len(self.pending) == self.live)
+                if self.live == 0:
+                    return
+                groups: dict[int, list[Request]] = {}
+                for r in self.pending:
+                    groups.setdefault(id(r.model), []).append(r)
+                group = max(groups.values(), key=len)
+                try:
+                    for r, logits in zip(group, packed_forward(group[0].model, group)):
+                        r.logits = logits
+                except (RuntimeError, ValueError) as e:   # e.g. a cache's capacity: fail these sequences
+                    for r in group:
+                        r.error = e
+                self.passes += 1
+                self.packed_rows += len(group)
+                for r in group:
+                    r.done = True
+                    self.pending.remove(r)
+                self.cond.notify_all()
+
+
+class SequenceModel:
+    """Stands in for a model inside one sequence's levels: calls go to the batcher."""
+
+    def __init__(self, model, batcher: Batcher):
+        self._model, self._batcher = model, batcher
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def __call__(self, tokens: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
+        return self._batcher.forward(self._model, tokens, cache, last_only)
+
+
+@dataclass
+class BatchOutcome:
+    results: list = field(default_factory=list)   # per sequence: Result, or the exception it raised
+    passes: int = 0                               # packed passes run
+    packed_rows: int = 0                          # sequence-passes they served (sum over passes)
+
+
+def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome:
+    """Engine.generate for several sequences at once (each with its own RunConfig): same tokens
+    as one at a time, with the model passes packed across sequences."""
+    from runtime.engine import DRAFTER_MODES
+    from runtime.errors import UserError
+    if len(prompts) > 1 and not hasattr(engine.model.model.layers[0], "self_attn"):
+        raise UserError(f"batch_size {len(prompts)} with offload_weights is not supported (packed passes need "
+                        "resident layer weights); use batch_size 1 or keep the weights on the device")
+    for run in runs:   # load the drafter here, not lazily inside a sequence thread
+        if run.mode in DRAFTER_MODES and engine.drafter is None:
+            engine.drafter = engine.load_drafter(run)
+    batcher = Batcher(len(prompts))
+    outcome = BatchOutcome(results=[None] * len(prompts))
+
+    def one(i: int) -> None:
+        seq_engine = copy.copy(engine)   # shares weights and tokenizer; its models go through the batcher
+        seq_engine.keep_prefill = False
+        seq_engine.model = SequenceModel(engine.model, batcher)
+        seq_engine.drafter = SequenceModel(engine.drafter, batcher) if engine.drafter is not None else None
+        try:
+            outcome.results[i] = seq_engine.generate(prompts[i], runs[i])
+        except Exception as e:   # noqa: BLE001 -- handed back as this sequence's outcome, not swallowed
+            outcome.results[i] = e
+        finally:
+            batcher.finished()
+
+    threads = [threading.Thread(target=one, args=(i,), name=f"triforce-seq-{i}", daemon=True)
+               for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    batcher.run_until_done()
+    for t in threads:
+        t.join()
+    outcome.passes, outcome.packed_rows = batcher.passes, batcher.packed_rows
+    return outcome
