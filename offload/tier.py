@@ -126,7 +126,7 @@ def _after_then(after: list, fn, *args) -> None:
 
 def _shutdown(workers: list[ThreadPoolExecutor]) -> None:
     for worker in workers:
-        worker.shutdown(wait=True)
+        worker.shutdown(wait=False)  # may run on a copy thread itself (GC), which cannot join itself
 
 
 class HostTier:
