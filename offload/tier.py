@@ -20,12 +20,13 @@ import atexit
 import math
 import os
 import shutil
+import sys
 import threading
 import uuid
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import torch
 
@@ -175,6 +176,10 @@ class HostTier:
         except FileNotFoundError:
             raise FileNotFoundError(f"no host-tier arena {prefix}-{name}: has its owner (the memory actor) "
                                     "allocated it on this node?") from None
+        if sys.version_info < (3, 13):
+            # Python < 3.13 registers a mapped (not created) block with this process's resource
+            # tracker, which would unlink it at exit: the owner alone decides when it goes.
+            resource_tracker.unregister(arena._name, "shared_memory")
         tensor = _view(arena, shape, dtype)
         if torch.device(device).type == "cuda":
             _pin(tensor)
