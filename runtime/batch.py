@@ -368,8 +368,8 @@ class RayPool:
         if not ray.is_initialized():
             if os.environ.get("RAY_ADDRESS"):   # inside `ray job submit`, or pointed at a cluster
                 ray.init()
-            else:                               # a private local Ray for this job
-                ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+            else:   # a private local Ray for this job ("local": never another session's `ray start` cluster)
+                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
         self.actor_cls = ray.remote(num_cpus=1, max_restarts=0)(RayReplica)
         self.defaults, self.threads = defaults, threads

@@ -74,14 +74,23 @@ def packed_forward(model, requests: list[Request]) -> list[torch.Tensor]:
     return [part[None] for part in logits.split([len(p) for p in picks])]      # each [1, T_i | 1, V]
 
 
+def weight_cost(model) -> int:
+    """Parameters a pass reads, roughly (layers x width^2): orders the drafter before the target."""
+    return model.cfg.num_layers * (model.cfg.hidden_size ** 2 + 3 * model.cfg.hidden_size * model.cfg.intermediate_size)
+
+
 class Batcher:
     """Collects the forward passes of `live` sequence threads; when all of them wait, runs the
-    largest group of requests on the same weights as one packed pass (in the calling thread of
-    run_until_done), wakes those sequences, and repeats until every sequence has finished."""
+    requests on the cheapest weights waiting as one packed pass (in the thread of
+    run_until_done), wakes those sequences, and repeats until every sequence has finished.
+    Cheapest first: the drafter's passes cost little, and running them first lets sequences that
+    drift apart (each accepts differently) gather again at the target, whose passes are the ones
+    worth packing."""
 
     def __init__(self, live: int):
         self.live, self.pending, self.cond = live, [], threading.Condition()
-        self.passes, self.packed_rows = 0, 0   # figures: packed passes run, requests they served
+        self.passes: dict[int, int] = {}       # id(model) -> packed passes run on those weights
+        self.packed_rows: dict[int, int] = {}  # id(model) -> sequence-passes they served
 
     def forward(self, model, tokens: torch.Tensor, cache, last_only: bool) -> torch.Tensor:
         """Called from a sequence thread in place of model(tokens, cache, last_only)."""
@@ -108,15 +117,16 @@ class Batcher:
                 groups: dict[int, list[Request]] = {}
                 for r in self.pending:
                     groups.setdefault(id(r.model), []).append(r)
-                group = max(groups.values(), key=len)
+                group = min(groups.values(), key=lambda g: weight_cost(g[0].model))
                 try:
                     for r, logits in zip(group, packed_forward(group[0].model, group)):
                         r.logits = logits
                 except (RuntimeError, ValueError) as e:   # e.g. a cache's capacity: fail these sequences
                     for r in group:
                         r.error = e
-                self.passes += 1
-                self.packed_rows += len(group)
+                key = id(group[0].model)
+                self.passes[key] = self.passes.get(key, 0) + 1
+                self.packed_rows[key] = self.packed_rows.get(key, 0) + len(group)
                 for r in group:
                     r.done = True
                     self.pending.remove(r)
@@ -139,8 +149,8 @@ class SequenceModel:
 @dataclass
 class BatchOutcome:
     results: list = field(default_factory=list)   # per sequence: Result, or the exception it raised
-    passes: int = 0                               # packed passes run
-    packed_rows: int = 0                          # sequence-passes they served (sum over passes)
+    passes: dict = field(default_factory=dict)    # "target" | "drafter" -> packed passes run on those weights
+    packed_rows: dict = field(default_factory=dict)  # the same keys -> sequence-passes they served
 
 
 def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome:
@@ -176,5 +186,7 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
     batcher.run_until_done()
     for t in threads:
         t.join()
-    outcome.passes, outcome.packed_rows = batcher.passes, batcher.packed_rows
+    names = {id(engine.model): "target", id(engine.drafter): "drafter"}
+    outcome.passes = {names[k]: n for k, n in batcher.passes.items()}
+    outcome.packed_rows = {names[k]: n for k, n in batcher.packed_rows.items()}
     return outcome
