@@ -162,6 +162,7 @@ def with_rope_scaling(cfg: ModelConfig, spec: str | None) -> ModelConfig:
 
 
 DTYPES = ("fp32", "bf16", "fp16")
+BACKENDS = ("local", "ray")
 MODES = ("ar", "spec", "retrieval", "streaming", "triforce")  # see runtime/speculate.py
 
 
@@ -194,6 +195,13 @@ class RunConfig:
     retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
                                          # (None: min(256, budget // 4))
     retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
+    # --- backend ---
+    backend: str = "local"          # local (this process) | ray (shard actors + a coordinator actor)
+    tp: int = 1                     # ray: tensor-parallel shards per stage (must divide the KV heads)
+    pp: int = 1                     # ray: pipeline stages (even layer ranges)
+    ray_address: str | None = None  # ray: cluster to join (None: $RAY_ADDRESS, else start a local one)
+    ray_cpus: float = 1.0           # ray: CPUs reserved per shard actor and for the coordinator
+    ray_retries: int = 2            # ray: shard restarts allowed per step before the request fails
 
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
@@ -215,6 +223,15 @@ class RunConfig:
         if self.retrieval_budget < 2 * self.chunk_size:
             raise UserError(f"retrieval_budget {self.retrieval_budget} must hold at least two chunks of "
                             f"chunk_size {self.chunk_size}")
+        if self.backend not in BACKENDS:
+            raise UserError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        for name in ("tp", "pp"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} {getattr(self, name)} must be at least 1")
+        if (self.tp > 1 or self.pp > 1) and self.backend != "ray":
+            raise UserError(f"--tp {self.tp} --pp {self.pp} need --backend ray (the local backend is one process)")
+        if self.ray_retries < 0 or not self.ray_cpus > 0:
+            raise UserError(f"ray_retries {self.ray_retries} must be >= 0 and ray_cpus {self.ray_cpus} > 0")
         self.rebuild_policy  # validates
         self.sampling.validate()
         return self

@@ -187,6 +187,11 @@ class Engine:
         target.commit(context)
         return True
 
+    def decoder(self, stack: list[Level], gammas: list[int], seq: list[int], generator: torch.Generator,
+                on_round) -> SpecDecoder:
+        """The request's Decoder (the Ray backend's adds restarts of failed shards)."""
+        return SpecDecoder(stack, gammas, seq, generator, on_round=on_round)
+
     def generate(self, prompt_ids: list[int], run: RunConfig,
                  on_tokens: Callable[[list[int]], None] | None = None,
                  on_prefill: Callable[[int], None] | None = None) -> Result:
@@ -196,7 +201,7 @@ class Engine:
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
-        decoder = SpecDecoder(stack, gammas, list(prompt_ids), generator, on_round=rebuild_policy(run, len(prompt_ids)))
+        decoder = self.decoder(stack, gammas, list(prompt_ids), generator, rebuild_policy(run, len(prompt_ids)))
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
         n = len(gen.token_ids)
@@ -214,6 +219,15 @@ class Engine:
 
 
 DRAFTER_MODES = ("spec", "triforce")
+
+
+def open_engine(run: RunConfig, keep_prefill: bool = False):
+    """The one place the backend is chosen: an in-process Engine, or a client of a coordinator
+    actor on Ray (actors/client.py) with the same encode / check_length / generate."""
+    if run.backend == "ray":
+        from actors.client import RayClient
+        return RayClient(run)
+    return Engine(run, keep_prefill=keep_prefill)
 
 
 def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,
