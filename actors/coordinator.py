@@ -140,6 +140,9 @@ class RayEngine(Engine):
                                 retries=self.retries)
 
     def generate(self, prompt_ids, run, on_tokens=None, on_prefill=None):
+        self.retries = run.ray_retries
+        if self.group.broken:   # a previous request gave up on its shards: start afresh
+            self.group.restart()
         self.group.reset_stats()
         result = super().generate(prompt_ids, run, on_tokens, on_prefill)
         result.stats["ray"] = self.group.stats(len(result.token_ids))

@@ -50,6 +50,7 @@ class ShardGroup:
         self.passes = 0                    # forward passes
         self.call_s = 0.0                  # wall time the coordinator waited on passes
         self.restarts = 0
+        self.broken = False                # a call failed since the last (re)start
         self.pg = create_placement_group(spec.placement)
         self.start()
 
@@ -74,6 +75,7 @@ class ShardGroup:
             self.wait([a.connect.remote(address, port, i, len(shards), groups, spec.call_timeout_s)
                        for i, a in enumerate(shards)])
         self.pending = [self.request] if self.request else []
+        self.broken = False
 
     def restart(self) -> None:
         self.stop_actors()
@@ -129,10 +131,12 @@ class ShardGroup:
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
                 if not ready:
+                    self.broken = True
                     raise ShardFailure(f"a shard call did not finish within {timeout_s:.0f} s")
                 ray.get(ready)       # host sync: raises if that shard failed
             return ray.get(refs)
         except RayError as e:   # dead actor, error raised in a shard, lost object
+            self.broken = True
             raise ShardFailure(f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
 
     def stats(self, tokens: int) -> dict:
