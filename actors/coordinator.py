@@ -112,7 +112,8 @@ class RayEngine(Engine):
     def prefill(self, stack, prompt, on_prefill) -> None:
         for attempt in range(self.retries + 1):
             try:
-                return super().prefill(stack, prompt, on_prefill)
+                super().prefill(stack, prompt, on_prefill)
+                return self.group.mark_prefill_done()
             except ShardFailure as failure:
                 if attempt == self.retries:
                     raise ShardsLost(f"a shard actor failed during prefill and {self.retries} restart(s) did not "

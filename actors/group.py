@@ -50,6 +50,7 @@ class ShardGroup:
         self.passes = 0                    # forward passes
         self.call_s = 0.0                  # wall time the coordinator waited on passes
         self.restarts = 0
+        self.prefill = (0, 0, 0.0)         # (calls, passes, call_s) when prefill ended
         self.broken = False                # a call failed since the last (re)start
         self.pg = create_placement_group(spec.placement)
         self.start()
@@ -140,15 +141,22 @@ class ShardGroup:
             raise ShardFailure(f"{type(e).__name__}: {str(e).splitlines()[0]}") from e
 
     def stats(self, tokens: int) -> dict:
+        """Calls and waits of the request; decode_* count from the end of prefill."""
+        calls, passes, call_s = (self.calls - self.prefill[0], self.passes - self.prefill[1],
+                                 self.call_s - self.prefill[2])
         return dict(tp=self.spec.placement.tp, pp=self.spec.placement.pp, remote_calls=self.calls,
-                    forward_passes=self.passes, calls_per_token=round(self.calls / tokens, 3) if tokens else None,
-                    call_s=round(self.call_s, 4),
-                    ms_per_pass=round(1000 * self.call_s / self.passes, 3) if self.passes else None,
+                    forward_passes=self.passes, call_s=round(self.call_s, 4), decode_calls=calls,
+                    decode_passes=passes, calls_per_token=round(calls / tokens, 3) if tokens else None,
+                    decode_call_s=round(call_s, 4), ms_per_decode_pass=round(1000 * call_s / passes, 3) if passes else None,
                     restarts=self.restarts)
+
+    def mark_prefill_done(self) -> None:
+        self.prefill = (self.calls, self.passes, self.call_s)
 
     def reset_stats(self) -> None:
         self.calls = self.passes = self.restarts = 0
         self.call_s = 0.0
+        self.prefill = (0, 0, 0.0)
 
 
 class RemoteModel:

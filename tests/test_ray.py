@@ -79,7 +79,8 @@ def test_tp3_equals_local(cluster, prompt, expected):
             assert ray_stats["tp"] == 3 and ray_stats["restarts"] == 0
             # one call per shard per forward pass of a target-weight level (prefill: one), never per token
             passes = sum(lv["passes"] for name, lv in result.stats["levels"].items() if name != "drafter")
-            assert ray_stats["remote_calls"] == 3 * ray_stats["forward_passes"] == 3 * (passes + 1)
+            assert ray_stats["decode_calls"] == 3 * ray_stats["decode_passes"] == 3 * passes
+            assert ray_stats["remote_calls"] == 3 * (passes + 1)
     finally:
         client.close()
 
