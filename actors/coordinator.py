@@ -147,6 +147,8 @@ class RayEngine(Engine):
         self.group.reset_stats()
         result = super().generate(prompt_ids, run, on_tokens, on_prefill)
         result.stats["ray"] = self.group.stats(len(result.token_ids))
+        result.stats["ray"]["host_bytes"] = {node[:12]: usage["total_bytes"]
+                                             for node, usage in self.group.host_bytes().items()}
         return result
 
 

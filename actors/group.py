@@ -53,9 +53,26 @@ class ShardGroup:
         self.prefill = (0, 0, 0.0)         # (calls, passes, call_s) when prefill ended
         self.broken = False                # a call failed since the last (re)start
         self.pg = create_placement_group(spec.placement)
+        self.memory, self.weights = self.host_tiers()
         self.start()
 
     # --- lifecycle ---
+    def host_tiers(self) -> tuple[dict, list[dict | None]]:
+        """The memory actor of every node the group's bundles landed on, and per bundle the
+        manifest of the weights in its node's host tier (read from disk once per node)."""
+        import ray
+        from ray.util.placement_group import placement_group_table
+        from actors.memory import memory_actor
+        nodes = placement_group_table(self.pg)["bundles_to_node_id"]     # bundle index -> node id
+        memory = {node: memory_actor(node) for node in set(nodes.values())}
+        manifests = dict(zip(memory, self.wait([a.publish_checkpoint.remote(self.spec.model_dir, self.spec.dtype)
+                                                for a in memory.values()], timeout_s=600.0)))
+        return memory, [manifests[nodes[i]] for i in range(self.spec.placement.shards)]
+
+    def host_bytes(self) -> dict:
+        """Host-tier bytes per node (memory actors' accounting)."""
+        return dict(zip(self.memory, self.wait([a.usage.remote() for a in self.memory.values()])))
+
     def start(self) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -66,7 +83,8 @@ class ShardGroup:
             num_cpus=p.cpus_per_shard, num_gpus=p.gpus_per_shard, max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=s * p.tp + r),
         ).remote(p.threads, model_dir=spec.model_dir, dtype=spec.dtype, device=spec.device,
-                 rope_scaling=spec.rope_scaling, tp=p.tp, pp=p.pp, stage=s, tp_rank=r)
+                 rope_scaling=spec.rope_scaling, tp=p.tp, pp=p.pp, stage=s, tp_rank=r,
+                 weights=self.weights[s * p.tp + r])
             for r in range(p.tp)] for s in range(p.pp)]
         shards = self.shards
         self.wait([a.ready.remote() for a in shards], timeout_s=max(300.0, spec.call_timeout_s))  # weights loaded
@@ -90,9 +108,13 @@ class ShardGroup:
         self.stages = []
 
     def shutdown(self) -> None:
+        import ray
         from ray.util.placement_group import remove_placement_group
         self.stop_actors()
         remove_placement_group(self.pg)
+        self.wait([a.close.remote() for a in self.memory.values()])   # unlink the arenas
+        for actor in self.memory.values():
+            ray.kill(actor)
 
     @property
     def shards(self) -> list:
@@ -144,10 +166,15 @@ class ShardGroup:
         """Calls and waits of the request; decode_* count from the end of prefill."""
         calls, passes, call_s = (self.calls - self.prefill[0], self.passes - self.prefill[1],
                                  self.call_s - self.prefill[2])
+        # compute on the critical path: TP rank 0 of every stage, over the decode passes
+        compute = [t[len(t) - passes:] for t in self.wait([stage[0].seconds.remote() for stage in self.stages])]
+        compute_s = sum(sum(t) for t in compute) if passes else 0.0
         return dict(tp=self.spec.placement.tp, pp=self.spec.placement.pp, remote_calls=self.calls,
                     forward_passes=self.passes, call_s=round(self.call_s, 4), decode_calls=calls,
                     decode_passes=passes, calls_per_token=round(calls / tokens, 3) if tokens else None,
                     decode_call_s=round(call_s, 4), ms_per_decode_pass=round(1000 * call_s / passes, 3) if passes else None,
+                    shard_ms_per_decode_pass=round(1000 * compute_s / passes, 3) if passes else None,
+                    ray_ms_per_decode_pass=round(1000 * (call_s - compute_s) / passes, 3) if passes else None,
                     restarts=self.restarts)
 
     def mark_prefill_done(self) -> None:

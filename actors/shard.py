@@ -19,6 +19,7 @@ the control message). Crops and commits cost no call of their own: they travel w
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -36,8 +37,11 @@ from runtime.rope import Rope
 
 
 class ShardState:
+    """weights: a host-tier manifest (the node's memory actor) to map instead of reading the
+    checkpoint; None reads the files."""
+
     def __init__(self, model_dir: str, dtype: str, device: str, rope_scaling: str | None,
-                 tp: int, pp: int, stage: int, tp_rank: int):
+                 tp: int, pp: int, stage: int, tp_rank: int, weights: dict | None = None):
         cfg = with_rope_scaling(ModelConfig.from_dir(model_dir), rope_scaling)
         check_tp(cfg, tp)
         self.layers = stage_layers(cfg.num_layers, pp)[stage]
@@ -45,8 +49,14 @@ class ShardState:
         self.tp, self.tp_rank, self.stage, self.pp = tp, tp_rank, stage, pp
         self.first, self.last = stage == 0, stage == pp - 1
         self.device, self.dtype = resolve_device(device), TORCH_DTYPES[dtype]
-        self.model = apply_pp(load_model(Path(model_dir), dtype, self.device, cfg), *self.layers)
+        if weights is None:    # from the checkpoint files
+            model, self.arena = load_model(Path(model_dir), dtype, self.device, cfg), None
+        else:                  # from the node's host tier (actors/memory.py); keep the mapping alive
+            from actors.memory import model_from_manifest
+            model, self.arena = model_from_manifest(weights, cfg, self.device)
+        self.model = apply_pp(model, *self.layers)
         self.caches: dict[str, object] = {}
+        self.seconds: list[float] = []   # wall time of each run() in this shard (compute + cache ops)
 
     def shard(self, all_reduce) -> None:
         """Keeps this rank's heads and MLP columns (after the process group exists)."""
@@ -78,7 +88,7 @@ class ShardState:
     def run(self, ops: list, hidden: torch.Tensor | None) -> torch.Tensor | None:
         """Applies the control ops; returns the pass's logits [1, T|1, V] (last stage) or hidden
         states [1, T, E] (other stages), from TP rank 0 only (the other ranks hold the same)."""
-        out = None
+        out, start = None, time.perf_counter()
         for op in ops:
             kind, name = op[0], op[1]
             if kind == "new":
@@ -97,6 +107,7 @@ class ShardState:
                 out = self.model(x, self.caches[name], last_only=op[3] and self.last)
             else:
                 raise ValueError(f"unknown control op {op!r}")
+        self.seconds.append(time.perf_counter() - start)
         if out is None or self.tp_rank != 0:
             return None
         return out if out.device.type == "cpu" else out.cpu()  # host sync: results travel through the object store
@@ -146,6 +157,10 @@ class ShardActor:
             if self.exit_in <= 0:
                 os._exit(1)   # fault injection: the process dies mid-request, as a crashed shard would
         return self.state.run(msgpack.unpackb(control), hidden)
+
+    def seconds(self) -> list[float]:
+        """Wall time of each run() so far (the coordinator subtracts it from its waits)."""
+        return self.state.seconds
 
     def exit_after(self, calls: int) -> None:
         """Fault injection for tests: the process exits at its `calls`-th run() from now."""

@@ -43,11 +43,17 @@ def ray_run(tp=1, pp=1, **kw):
     return RunConfig(backend="ray", tp=tp, pp=pp, **{**BASE, **kw})
 
 
-def test_pp_stages_chained_in_process_equal_the_plain_model(local, prompt):
-    """Pipeline stages run one after another in this process: logits bit-identical to the model."""
+def test_pp_stages_from_the_host_tier_equal_the_plain_model(local, prompt):
+    """Pipeline stages mapping the weights from a host arena (as shards map their node's memory
+    actor's), run one after another in this process: logits bit-identical to the model."""
+    from actors.memory import HostTier
     from actors.shard import ShardState
     from runtime.cache_full import FullCache
-    stages = [ShardState(str(local.model_dir), "fp32", "cpu", None, tp=1, pp=3, stage=s, tp_rank=0) for s in range(3)]
+    tier = HostTier("tftest")
+    manifest = tier.publish_checkpoint(str(local.model_dir), "fp32")
+    assert tier.usage()["total_bytes"] >= 134_000_000 * 4
+    stages = [ShardState(str(local.model_dir), "fp32", "cpu", None, tp=1, pp=3, stage=s, tp_rank=0, weights=manifest)
+              for s in range(3)]
     assert [st.layers for st in stages] == [(0, 10), (10, 20), (20, 30)]
     spec = {"target": dict(kind="full", capacity=200)}
     hidden = None
@@ -56,6 +62,8 @@ def test_pp_stages_chained_in_process_equal_the_plain_model(local, prompt):
     cache = FullCache(local.cfg, local.model.rope(200), 1, 200, local.device, local.model.dtype)
     plain = local.model(torch.tensor([prompt[:40]]), cache)
     assert torch.equal(hidden, plain)
+    del stages
+    tier.close()
 
 
 def test_tp_that_does_not_divide_the_kv_heads_is_refused(local):
