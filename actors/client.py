@@ -15,6 +15,7 @@ from pathlib import Path
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.engine import Engine, Result, load_tokenizer, resolve_model_dir
 from runtime.errors import UserError
+from runtime.parallel import check_tp, stage_layers
 
 ROOT = Path(__file__).resolve().parents[1]   # the checkout holding runtime/ and actors/
 
@@ -62,6 +63,8 @@ class RayClient(Engine):
         self.model_dir = resolve_model_dir(run.model)
         self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
         self.tokenizer = load_tokenizer(self.model_dir)
+        check_tp(self.cfg, run.tp)                 # refused here, before any cluster is touched
+        stage_layers(self.cfg.num_layers, run.pp)
         connect(run)
         gpus = shard_gpus(run)
         self.device = f"ray tp={run.tp} pp={run.pp} {'cuda' if gpus else 'cpu'}"

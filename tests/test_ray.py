@@ -72,6 +72,15 @@ def test_tp_that_does_not_divide_the_kv_heads_is_refused(local):
         check_tp(local.cfg, 2)
 
 
+def test_cli_refuses_a_bad_split_before_starting_ray(capsys):
+    from runtime.cli import main
+    code = main(["generate", "--backend", "ray", "--tp", "2", "--prompt", "hi", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "triforce: error: --tp 2 does not divide the model's 3 KV heads" in err
+    code = main(["generate", "--backend", "ray", "--pp", "31", "--prompt", "hi", "--quiet"])
+    assert code == 2 and "--pp 31 must be between 1 and the model's 30 layers" in capsys.readouterr().err
+
+
 def test_tp_and_pp_need_the_ray_backend():
     with pytest.raises(UserError, match="need --backend ray"):
         RunConfig(tp=3).validate()
