@@ -90,7 +90,7 @@ class RayClient(Engine):
 
     def shards(self) -> list[list]:
         import ray
-        return ray.get(self.coordinator.shards.remote())
+        return ray.get(self.coordinator.shards.remote())   # host sync: a control query
 
     def close(self) -> None:
         import ray

@@ -194,6 +194,7 @@ class RemoteModel:
 
     def __call__(self, tokens: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
         # tokens [1, T] -> logits [1, T|1, V]
+        # host sync (.tolist()): token ids travel in the control message, not as a tensor
         return self.group.forward(cache.name, tokens[0].tolist(), last_only).to(self.device)
 
 

@@ -102,11 +102,15 @@ def test_tp3_equals_local(cluster, prompt, expected):
         client.close()
 
 
-def test_pp2_equals_local_and_survives_a_dead_shard(cluster, prompt, expected):
+def test_pp2_equals_local_and_survives_a_dead_shard(cluster, local, prompt, expected):
     client = open_engine(ray_run(pp=2, mode="triforce"))
     try:
         for mode in MODES:
             assert client.generate(prompt, ray_run(pp=2, mode=mode)).token_ids == expected[mode], mode
+        # PP changes no arithmetic and the sampler lives in the coordinator: seeded sampling matches too
+        sampled = dict(mode="triforce", temperature=0.6, top_p=0.9, seed=7)
+        assert (client.generate(prompt, ray_run(pp=2, **sampled)).token_ids ==
+                local.generate(prompt, RunConfig(**BASE, **sampled)).token_ids)
         # the second stage's process exits during its 6th pass (mid-decode): restarted, KV refilled
         cluster.get(client.shards()[1][0].exit_after.remote(6))
         result = client.generate(prompt, ray_run(pp=2, mode="triforce"))
