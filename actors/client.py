@@ -9,6 +9,7 @@ PYTHONPATH, so workers import the same code as the driver, installed or not.
 """
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 
@@ -73,6 +74,8 @@ class RayClient(Engine):
         self.coordinator = ray.remote(Coordinator).options(
             num_cpus=run.ray_cpus, num_gpus=0.1 if gpus else 0, max_restarts=0,
         ).remote(run, run.ray_cpus, gpus, threads)
+        self.closed = False
+        atexit.register(self.close)   # shards and host arenas are released even if the caller forgets
 
     def generate(self, prompt_ids, run, on_tokens=None, on_prefill=None) -> Result:
         import ray
@@ -94,7 +97,12 @@ class RayClient(Engine):
 
     def close(self) -> None:
         import ray
+        if self.closed or not ray.is_initialized():
+            return
+        self.closed = True
         try:
-            ray.get(self.coordinator.shutdown.remote())
+            ray.get(self.coordinator.shutdown.remote())   # host sync: the shards and arenas are gone
+        except ray.exceptions.RayError:   # the coordinator is already gone: nothing left to release
+            pass
         finally:
             ray.kill(self.coordinator)

@@ -167,8 +167,11 @@ class ShardGroup:
         calls, passes, call_s = (self.calls - self.prefill[0], self.passes - self.prefill[1],
                                  self.call_s - self.prefill[2])
         # compute on the critical path: TP rank 0 of every stage, over the decode passes
-        compute = [t[len(t) - passes:] for t in self.wait([stage[0].seconds.remote() for stage in self.stages])]
-        compute_s = sum(sum(t) for t in compute) if passes else 0.0
+        try:
+            times = self.wait([stage[0].seconds.remote() for stage in self.stages])
+            compute_s = sum(sum(t[len(t) - passes:]) for t in times) if passes else 0.0
+        except ShardFailure:   # figures only: a shard lost after the request's last pass costs them
+            compute_s = float("nan")
         return dict(tp=self.spec.placement.tp, pp=self.spec.placement.pp, remote_calls=self.calls,
                     forward_passes=self.passes, call_s=round(self.call_s, 4), decode_calls=calls,
                     decode_passes=passes, calls_per_token=round(calls / tokens, 3) if tokens else None,
