@@ -169,15 +169,16 @@ class ShardGroup:
         # compute on the critical path: TP rank 0 of every stage, over the decode passes
         try:
             times = self.wait([stage[0].seconds.remote() for stage in self.stages])
-            compute_s = sum(sum(t[len(t) - passes:]) for t in times) if passes else 0.0
+            compute_s = sum(sum(t[max(0, len(t) - passes):]) for t in times) if passes else 0.0
         except ShardFailure:   # figures only: a shard lost after the request's last pass costs them
-            compute_s = float("nan")
+            compute_s = None
+        split = passes and compute_s is not None and not self.restarts   # a restart resets the shards' times
         return dict(tp=self.spec.placement.tp, pp=self.spec.placement.pp, remote_calls=self.calls,
                     forward_passes=self.passes, call_s=round(self.call_s, 4), decode_calls=calls,
                     decode_passes=passes, calls_per_token=round(calls / tokens, 3) if tokens else None,
                     decode_call_s=round(call_s, 4), ms_per_decode_pass=round(1000 * call_s / passes, 3) if passes else None,
-                    shard_ms_per_decode_pass=round(1000 * compute_s / passes, 3) if passes else None,
-                    ray_ms_per_decode_pass=round(1000 * (call_s - compute_s) / passes, 3) if passes else None,
+                    shard_ms_per_decode_pass=round(1000 * compute_s / passes, 3) if split else None,
+                    ray_ms_per_decode_pass=round(1000 * (call_s - compute_s) / passes, 3) if split else None,
                     restarts=self.restarts)
 
     def mark_prefill_done(self) -> None:
