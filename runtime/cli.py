@@ -44,6 +44,11 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-weights", action="store_true", default=None,
                    help="keep decoder-layer weights in the host tier, streamed one layer ahead of compute")
     p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
+    p.add_argument("--backend", choices=("local", "ray"), help="local (default): this process; ray: shard actors "
+                   "and a coordinator actor on a Ray cluster (see README, Ray)")
+    p.add_argument("--tp", type=int, help="ray: tensor-parallel shards per pipeline stage (divides the KV heads)")
+    p.add_argument("--pp", type=int, help="ray: pipeline stages (layer ranges)")
+    p.add_argument("--ray-address", help="ray: cluster address (default: $RAY_ADDRESS, else a local cluster)")
     p.add_argument("--json", help="write the result (token ids, text, stats) to this JSON file")
     p.add_argument("--quiet", action="store_true", help="do not stream text to stdout")
 
@@ -52,7 +57,7 @@ def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     keys = ("model", "prompt", "prompt_file", "question", "chat", "max_new_tokens", "mode", "temperature",
             "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling", "draft_model", "gamma1",
             "gamma2", "retrieval_budget", "chunk_size", "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks",
-            "on_chip_layers", "offload_weights", "offload")
+            "on_chip_layers", "offload_weights", "offload", "backend", "tp", "pp", "ray_address")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
 
 
@@ -123,10 +128,10 @@ def summary_line(result) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from runtime.engine import Engine
+    from runtime.engine import open_engine
     run = run_config_from_args(args)
     text = prompt_text(run)
-    engine = Engine(run)
+    engine = open_engine(run)
     prompt_ids = engine.encode(text, chat=run.chat)
     engine.check_length(len(prompt_ids), run.max_new_tokens)
     progress(f"model {engine.model_dir} ({run.dtype}, {engine.device}); prompt {len(prompt_ids)} tokens; "

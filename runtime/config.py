@@ -162,6 +162,7 @@ def with_rope_scaling(cfg: ModelConfig, spec: str | None) -> ModelConfig:
 
 
 DTYPES = ("fp32", "bf16", "fp16")
+BACKENDS = ("local", "ray")
 MODES = ("ar", "spec", "retrieval", "streaming", "triforce")  # see runtime/speculate.py
 
 
@@ -201,6 +202,13 @@ class RunConfig:
     offload: str = "none"           # none | auto: place KV and weights as `triforce plan` says for this machine
     # --- batch jobs (`triforce batch`) ---
     batch_size: int = 1             # sequences one replica decodes together (model passes packed across them)
+    # --- backend ---
+    backend: str = "local"          # local (this process) | ray (shard actors + a coordinator actor)
+    tp: int = 1                     # ray: tensor-parallel shards per stage (must divide the KV heads)
+    pp: int = 1                     # ray: pipeline stages (even layer ranges)
+    ray_address: str | None = None  # ray: cluster to join (None: $RAY_ADDRESS, else start a local one)
+    ray_cpus: float = 1.0           # ray: CPUs reserved per shard actor and for the coordinator
+    ray_retries: int = 2            # ray: shard restarts allowed per step before the request fails
 
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
@@ -226,6 +234,18 @@ class RunConfig:
             raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
         if self.offload not in ("none", "auto"):
             raise UserError(f"offload {self.offload!r} must be none or auto")
+        if self.backend == "ray" and (self.on_chip_layers is not None or self.offload_weights or self.offload != "none"):
+            raise UserError("offloading (on_chip_layers / offload_weights / offload auto) is not wired into "
+                            "--backend ray yet; run it with --backend local")
+        if self.backend not in BACKENDS:
+            raise UserError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
+        for name in ("tp", "pp"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name} {getattr(self, name)} must be at least 1")
+        if (self.tp > 1 or self.pp > 1) and self.backend != "ray":
+            raise UserError(f"--tp {self.tp} --pp {self.pp} need --backend ray (the local backend is one process)")
+        if self.ray_retries < 0 or not self.ray_cpus > 0:
+            raise UserError(f"ray_retries {self.ray_retries} must be >= 0 and ray_cpus {self.ray_cpus} > 0")
         self.rebuild_policy  # validates
         self.sampling.validate()
         return self

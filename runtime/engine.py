@@ -220,6 +220,11 @@ class Engine:
         target.commit(context)
         return True
 
+    def decoder(self, stack: list[Level], gammas: list[int], seq: list[int], generator: torch.Generator,
+                on_round) -> SpecDecoder:
+        """The request's Decoder (the Ray backend's adds restarts of failed shards)."""
+        return SpecDecoder(stack, gammas, seq, generator, on_round=on_round)
+
     def generate(self, prompt_ids: list[int], run: RunConfig,
                  on_tokens: Callable[[list[int]], None] | None = None,
                  on_prefill: Callable[[int], None] | None = None) -> Result:
@@ -236,7 +241,7 @@ class Engine:
     def _generate(self, stack, gammas, prompt_ids, run, on_tokens, on_prefill) -> Result:
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
-        decoder = SpecDecoder(stack, gammas, list(prompt_ids), generator, on_round=rebuild_policy(run, len(prompt_ids)))
+        decoder = self.decoder(stack, gammas, list(prompt_ids), generator, rebuild_policy(run, len(prompt_ids)))
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
         n = len(gen.token_ids)
@@ -265,7 +270,8 @@ def weights_need_offload(cfg: ModelConfig, run: RunConfig, device: torch.device)
 def offload_stats(stack: list[Level], new_tokens: int) -> dict:
     """Placement and host<->device traffic per generated token, per level (empty when resident)."""
     full = stack[-1].cache
-    streamed = isinstance(getattr(stack[-1].model.model.layers[0], "streamer", None), list)
+    layers = getattr(getattr(stack[-1].model, "model", None), "layers", None) or [None]  # a Ray proxy has none
+    streamed = isinstance(getattr(layers[0], "streamer", None), list)
     if not hasattr(full, "on_chip") and not streamed:
         return {}
     per_level = {level.name: round(level.stats.moved_bytes / max(1, new_tokens)) for level in stack}
@@ -276,6 +282,15 @@ def offload_stats(stack: list[Level], new_tokens: int) -> dict:
 
 def full_layers(cache: FullCache) -> int:
     return cache.last_query.shape[0]
+
+
+def open_engine(run: RunConfig, keep_prefill: bool = False):
+    """The one place the backend is chosen: an in-process Engine, or a client of a coordinator
+    actor on Ray (actors/client.py) with the same encode / check_length / generate."""
+    if run.backend == "ray":
+        from actors.client import RayClient
+        return RayClient(run)
+    return Engine(run, keep_prefill=keep_prefill)
 
 
 def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,

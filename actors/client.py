@@ -1,0 +1,108 @@
+"""The driver's side of `--backend ray`: joins (or starts) a Ray cluster, starts the coordinator
+actor, and offers the Engine's interface (encode / check_length / generate) so that the CLI and
+anything else calling runtime.engine.open_engine need not know where the model runs.
+
+Ray workers must import this project. In a `ray job submit --working-dir .` job, Ray ships the
+directory and puts it on the workers' path; otherwise (a local cluster, `ray start` by hand with
+the project installed or checked out at the same path) the driver passes the checkout's root in
+PYTHONPATH, so workers import the same code as the driver, installed or not.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+from pathlib import Path
+
+from runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from runtime.engine import Engine, Result, load_tokenizer, resolve_model_dir
+from runtime.errors import UserError
+from runtime.parallel import check_tp, stage_layers
+
+ROOT = Path(__file__).resolve().parents[1]   # the checkout holding runtime/ and actors/
+
+
+def worker_env() -> dict:
+    """runtime_env for ray.init: the checkout on the workers' PYTHONPATH, unless Ray already ships
+    it (a submitted job's working_dir)."""
+    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):   # set by Ray for a `ray job submit` entrypoint
+        return {}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {"env_vars": {"PYTHONPATH": path}}
+
+
+def connect(run: RunConfig) -> None:
+    """Joins run.ray_address (or $RAY_ADDRESS); without either starts a local cluster sized for
+    the run (logical CPUs: the shards and the coordinator each reserve ray_cpus)."""
+    import ray
+    if ray.is_initialized():
+        return
+    address = run.ray_address or os.environ.get("RAY_ADDRESS")
+    kwargs = dict(runtime_env=worker_env() or None, logging_level="WARNING", log_to_driver=True)
+    if address is None:
+        cpus = max(os.cpu_count() or 1, int(-(-(run.tp * run.pp + 1) * run.ray_cpus // 1)))
+        ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
+    else:
+        ray.init(address=address, **kwargs)
+
+
+def shard_gpus(run: RunConfig) -> int:
+    """1 GPU per shard when the run wants CUDA (auto: when the cluster has GPUs), else 0."""
+    import ray
+    if run.device == "cpu":
+        return 0
+    if run.device.startswith("cuda"):
+        return 1
+    return 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+
+
+class RayClient(Engine):
+    """Engine's interface over a coordinator actor (the target is never loaded in this process)."""
+
+    def __init__(self, run: RunConfig):
+        import ray
+        from actors.coordinator import Coordinator
+        self.model_dir = resolve_model_dir(run.model)
+        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        check_tp(self.cfg, run.tp)                 # refused here, before any cluster is touched
+        stage_layers(self.cfg.num_layers, run.pp)
+        connect(run)
+        gpus = shard_gpus(run)
+        self.device = f"ray tp={run.tp} pp={run.pp} {'cuda' if gpus else 'cpu'}"
+        threads = max(1, int(run.ray_cpus))
+        # The coordinator runs the drafter: on GPU clusters it shares a GPU with a shard.
+        self.coordinator = ray.remote(Coordinator).options(
+            num_cpus=run.ray_cpus, num_gpus=0.1 if gpus else 0, max_restarts=0,
+        ).remote(run, run.ray_cpus, gpus, threads)
+        self.closed = False
+        atexit.register(self.close)   # shards and host arenas are released even if the caller forgets
+
+    def generate(self, prompt_ids, run, on_tokens=None, on_prefill=None) -> Result:
+        import ray
+        for ref in self.coordinator.generate.remote(list(prompt_ids), run):
+            kind, value = ray.get(ref)   # host sync: one event per decode step
+            if kind == "tokens" and on_tokens:
+                on_tokens(value)
+            elif kind == "prefill" and on_prefill:
+                on_prefill(value)
+            elif kind == "error":
+                raise UserError(value)
+            elif kind == "result":
+                return Result(**value)
+        raise RuntimeError("the coordinator ended the request without a result")
+
+    def shards(self) -> list[list]:
+        import ray
+        return ray.get(self.coordinator.shards.remote())   # host sync: a control query
+
+    def close(self) -> None:
+        import ray
+        if self.closed or not ray.is_initialized():
+            return
+        self.closed = True
+        try:
+            ray.get(self.coordinator.shutdown.remote())   # host sync: the shards and arenas are gone
+        except ray.exceptions.RayError:   # the coordinator is already gone: nothing left to release
+            pass
+        finally:
+            ray.kill(self.coordinator)

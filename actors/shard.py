@@ -1,0 +1,167 @@
+"""A shard of the target: its pipeline stage's layers, its tensor-parallel heads, and its slice of
+every cache of the request in flight (full, retrieval, streaming: the same cache classes as the
+in-process path, built with the shard's heads and layers).
+
+ShardState is plain Python (usable and tested without Ray); ShardActor is the thin Ray shell that
+adds the torch.distributed group. The coordinator talks to a shard with one call per forward
+pass: `run(control, hidden)`, where `control` is a msgpack list of small ops applied in order
+
+    ["new", {name: cache spec}]       allocate the request's caches (see RayEngine.build_stack)
+    ["crop", name, n]                 cache.crop(n)       (speculation rolled back)
+    ["commit", name, n]               cache.commit(n)     (streaming caches evict only committed tokens)
+    ["rebuild", name, source]         caches[name].rebuild(caches[source])     (retrieval)
+    ["load", name, source]            caches[name].load_from(caches[source])   (streaming)
+    ["forward", name, tokens, last_only]   the pass itself; always last
+
+and `hidden` is the previous stage's output (a Ray object reference resolved by Ray, never part of
+the control message). Crops and commits cost no call of their own: they travel with the next pass.
+"""
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import msgpack
+import torch
+
+from runtime.cache_full import FullCache
+from runtime.cache_retrieval import RetrievalCache
+from runtime.cache_streaming import StreamingCache
+from runtime.config import ModelConfig, with_rope_scaling
+from runtime.engine import resolve_device
+from runtime.model import TORCH_DTYPES, load_model
+from runtime.parallel import apply_pp, apply_tp, check_tp, shard_config, stage_layers
+from runtime.rope import Rope
+
+
+class ShardState:
+    """weights: a host-tier manifest (the node's memory actor) to map instead of reading the
+    checkpoint; None reads the files."""
+
+    def __init__(self, model_dir: str, dtype: str, device: str, rope_scaling: str | None,
+                 tp: int, pp: int, stage: int, tp_rank: int, weights: dict | None = None):
+        cfg = with_rope_scaling(ModelConfig.from_dir(model_dir), rope_scaling)
+        check_tp(cfg, tp)
+        self.layers = stage_layers(cfg.num_layers, pp)[stage]
+        self.full_cfg, self.cfg = cfg, shard_config(cfg, tp, self.layers)   # cfg: what the caches hold
+        self.tp, self.tp_rank, self.stage, self.pp = tp, tp_rank, stage, pp
+        self.first, self.last = stage == 0, stage == pp - 1
+        self.device, self.dtype = resolve_device(device), TORCH_DTYPES[dtype]
+        if weights is None:    # from the checkpoint files
+            model, self.arena = load_model(Path(model_dir), dtype, self.device, cfg), None
+        else:                  # from the node's host tier (actors/memory.py); keep the mapping alive
+            from actors.memory import model_from_manifest
+            model, self.arena = model_from_manifest(weights, cfg, self.device)
+        self.model = apply_pp(model, *self.layers)
+        self.caches: dict[str, object] = {}
+        self.seconds: list[float] = []   # wall time of each run() in this shard (compute + cache ops)
+
+    def shard(self, all_reduce) -> None:
+        """Keeps this rank's heads and MLP columns (after the process group exists)."""
+        apply_tp(self.model, self.tp_rank, self.tp, all_reduce)
+
+    def rope(self, positions: int) -> Rope:
+        return Rope(self.full_cfg, positions, self.device, self.dtype)
+
+    def new_request(self, spec: dict) -> None:
+        """Allocates the request's caches; `spec` maps a cache name to its kind and sizes."""
+        self.caches = {}
+        cfg, dev, dt = self.cfg, self.device, self.dtype
+        ropes: dict[int, Rope] = {}
+        for name, s in spec.items():
+            if s["kind"] == "streaming":
+                n = s["sinks"] + s["window"] + s["scratch"]
+                self.caches[name] = StreamingCache(cfg, self.rope(n), 1, s["sinks"], s["window"], dev, dt,
+                                                   scratch=s["scratch"])
+                continue
+            rope = ropes.setdefault(s["capacity"], self.rope(s["capacity"]))   # full and retrieval share one
+            if s["kind"] == "full":
+                self.caches[name] = FullCache(cfg, rope, 1, s["capacity"], dev, dt)
+            elif s["kind"] == "retrieval":
+                self.caches[name] = RetrievalCache(cfg, rope, 1, s["budget"], s["chunk"], s["generated"], dev, dt,
+                                                   recent=s["recent"])
+            else:
+                raise ValueError(f"unknown cache kind {s['kind']!r} for cache {name!r}")
+
+    def run(self, ops: list, hidden: torch.Tensor | None) -> torch.Tensor | None:
+        """Applies the control ops; returns the pass's logits [1, T|1, V] (last stage) or hidden
+        states [1, T, E] (other stages), from TP rank 0 only (the other ranks hold the same)."""
+        out, start = None, time.perf_counter()
+        for op in ops:
+            kind, name = op[0], op[1]
+            if kind == "new":
+                self.new_request(name)
+            elif kind == "crop":
+                self.caches[name].crop(op[2])
+            elif kind == "commit":
+                self.caches[name].commit(op[2])
+            elif kind == "rebuild":
+                self.caches[name].rebuild(self.caches[op[2]])
+            elif kind == "load":
+                source = self.caches[op[2]]
+                self.caches[name].load_from(source, source.rope)
+            elif kind == "forward":
+                x = torch.tensor([op[2]], device=self.device) if self.first else hidden.to(self.device)  # [1, T] | [1, T, E]
+                out = self.model(x, self.caches[name], last_only=op[3] and self.last)
+            else:
+                raise ValueError(f"unknown control op {op!r}")
+        self.seconds.append(time.perf_counter() - start)
+        if out is None or self.tp_rank != 0:
+            return None
+        return out if out.device.type == "cpu" else out.cpu()  # host sync: results travel through the object store
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+class ShardActor:
+    """Thin Ray shell over ShardState (decorated with ray.remote by actors/group.py)."""
+
+    def __init__(self, threads: int, **state):
+        torch.set_num_threads(threads)
+        self.state = ShardState(**state)
+        self.exit_in: int | None = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Address and a free port for the process group (asked of global rank 0)."""
+        import ray
+        return ray.util.get_node_ip_address(), free_port()
+
+    def connect(self, address: str, port: int, rank: int, world: int, groups: list[list[int]],
+                timeout_s: float) -> None:
+        """Joins the torch.distributed group (NCCL on GPU, gloo on CPU) and shards the model; every
+        rank creates every TP group, in the same order, as torch.distributed requires."""
+        import torch.distributed as dist
+        backend = "nccl" if self.state.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=timeout_s))
+        mine = None
+        for ranks in groups:
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine = group
+        self.state.shard(lambda t: dist.all_reduce(t, group=mine))
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, control: bytes, hidden: torch.Tensor | None = None) -> torch.Tensor | None:
+        if self.exit_in is not None:
+            self.exit_in -= 1
+            if self.exit_in <= 0:
+                os._exit(1)   # fault injection: the process dies mid-request, as a crashed shard would
+        return self.state.run(msgpack.unpackb(control), hidden)
+
+    def seconds(self) -> list[float]:
+        """Wall time of each run() so far (the coordinator subtracts it from its waits)."""
+        return self.state.seconds
+
+    def exit_after(self, calls: int) -> None:
+        """Fault injection for tests: the process exits at its `calls`-th run() from now."""
+        self.exit_in = calls
