@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

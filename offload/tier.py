@@ -24,8 +24,8 @@ import sys
 import threading
 import uuid
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from multiprocessing import resource_tracker, shared_memory
 
 import torch

@@ -2,6 +2,9 @@
 whose lengths are not multiples of the chunk size, and generations that cross retrieval rebuilds.
 The drafter here is the target's first 4 layers (undistilled): a poor but honest drafter, which
 exercises rejections at every level."""
+import json
+import shutil
+
 import pytest
 
 from runtime.config import RunConfig

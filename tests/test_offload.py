@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from offload.kv import OffloadedFullCache
-from offload.plan import GB, GIB, Machine, kv_layer_bytes, layer_weight_bytes, outer_weight_bytes, plan
+from offload.plan import GB, GIB, Machine, kv_layer_bytes, layer_weight_bytes, plan
 from offload.tier import Copier, HostTier
 from offload.weights import offload_weights
 from runtime.cache_full import FullCache
