@@ -1,9 +1,8 @@
 """The host memory tier of one node, owned by one memory actor per node.
 
-HostTier (plain Python) owns named arenas of host memory that any process on the node can map by
-name, and accounts for them. On CPU an arena is a `multiprocessing.shared_memory` block; the
-offload issue's pinned CUDA tier and offloaded full cache are to be placed here too (see
-MemoryActor), so that the node has one owner of its host memory and one account of it.
+NodeMemory is the offload tier of that node (offload.tier.HostTier: named shared-memory arenas that
+any process on the node maps by name, reserved up front) with its accounting, so the node has one
+owner of its host memory and one account of it.
 
 Today the tier holds the target's weights: the memory actor reads the checkpoint once per node
 into an arena and returns a manifest (tensor -> offset, shape); each shard actor on that node maps
@@ -16,65 +15,41 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
-from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
+from offload.tier import HostTier
 from runtime.config import ModelConfig
 from runtime.model import TORCH_DTYPES, Transformer, checkpoint_files
 
 ALIGN = 64   # bytes: every tensor starts on a cache line
-_CREATED: set[str] = set()   # arenas this process created (its resource tracker owns them)
 
 
-class HostArena:
-    """A named block of host memory; create=True makes it, otherwise it maps an existing one."""
-
-    def __init__(self, name: str, nbytes: int = 0, create: bool = False):
-        self.shm = shared_memory.SharedMemory(name=name, create=create, size=nbytes if create else 0)
-        self.name, self.nbytes, self.owner = name, self.shm.size, create
-        if create:
-            _CREATED.add(name)
-        elif name not in _CREATED:
-            # Python < 3.13 registers a mapped (not created) block with its resource tracker, which
-            # would unlink it when this process exits: the owner alone decides when it goes.
-            resource_tracker.unregister(self.shm._name, "shared_memory")
-
-    def view(self, offset: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """A tensor over the arena's bytes [offset, offset + its size) (no copy)."""
-        return torch.frombuffer(self.shm.buf, dtype=dtype, count=math.prod(shape), offset=offset).view(shape)
-
-    def release(self) -> None:
-        """The owner frees the block (mappings elsewhere stay valid until they close)."""
-        if self.owner:
-            self.shm.unlink()
-
-
-class HostTier:
-    """The arenas of one node and their accounting."""
+class NodeMemory:
+    """The host tier of one node (offload.tier.HostTier: named shared-memory arenas that any
+    process on the node maps by name) with its accounting and the weights published in it."""
 
     def __init__(self, prefix: str):
-        self.prefix, self.instance = prefix, secrets.token_hex(3)
-        self.arenas: dict[str, HostArena] = {}
+        # unique per instance: an arena leaked by a killed predecessor never collides
+        self.tier = HostTier(torch.device("cpu"), prefix=f"{prefix}-{secrets.token_hex(3)}")
+        self.names: dict[str, str] = {}      # key -> arena name in the tier
         self.manifests: dict[str, dict] = {}
 
-    def create(self, key: str, nbytes: int) -> HostArena:
-        if key in self.arenas:
-            raise ValueError(f"host arena {key!r} exists ({self.arenas[key].nbytes} bytes); free it first")
-        # unique per tier and key: a block leaked by a killed predecessor never collides
-        name = f"{self.prefix}-{self.instance}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
-        self.arenas[key] = HostArena(name, nbytes, create=True)
-        return self.arenas[key]
+    def create(self, key: str, nbytes: int) -> torch.Tensor:
+        """A zeroed arena of nbytes for `key` (bytes, [nbytes] uint8)."""
+        if key in self.names:
+            raise ValueError(f"host arena {key!r} exists; free it first")
+        self.names[key] = hashlib.sha1(key.encode()).hexdigest()[:10]
+        return self.tier.allocate(self.names[key], (max(nbytes, 1),), torch.uint8)
 
     def free(self, key: str) -> None:
-        self.arenas.pop(key).release()
+        self.tier.free(self.names.pop(key))
         self.manifests.pop(key, None)
 
     def usage(self) -> dict:
-        return dict(arenas={k: a.nbytes for k, a in self.arenas.items()},
-                    total_bytes=sum(a.nbytes for a in self.arenas.values()))
+        return dict(arenas={k: self.tier.arenas[n].size for k, n in self.names.items()}, total_bytes=self.tier.bytes)
 
     def publish_checkpoint(self, model_dir: str, dtype: str) -> dict:
         """The checkpoint's tensors (in `dtype`) in one arena, once per node; returns the manifest
@@ -94,27 +69,34 @@ class HostTier:
                         shape = list(f.get_slice(name).get_shape())
                         layout[name] = [offset, shape]
                         offset += -(-math.prod(shape) * torch_dtype.itemsize // ALIGN) * ALIGN
-        arena = self.create(key, max(offset, 1))
+        arena = self.create(key, offset)
         for path in files:
             with safe_open(str(path), framework="pt") as f:
                 for name in layout:
                     if name in f.keys():
                         off, shape = layout[name]
-                        arena.view(off, tuple(shape), torch_dtype).copy_(f.get_tensor(name).to(torch_dtype))
-        self.manifests[key] = dict(arena=arena.name, dtype=dtype, tensors=layout)
+                        _view(arena, off, tuple(shape), torch_dtype).copy_(f.get_tensor(name).to(torch_dtype))
+        self.manifests[key] = dict(prefix=self.tier.prefix, arena=self.names[key], nbytes=arena.numel(), dtype=dtype,
+                                   tensors=layout)
         return self.manifests[key]
 
     def close(self) -> None:
-        for key in list(self.arenas):
-            self.free(key)
+        self.tier.close()
+        self.names.clear()
+        self.manifests.clear()
 
 
-def model_from_manifest(manifest: dict, cfg: ModelConfig, device: torch.device) -> tuple[Transformer, HostArena]:
+def _view(arena: torch.Tensor, offset: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over the arena's bytes [offset, offset + its size) (no copy; offsets are ALIGNed)."""
+    return arena[offset:offset + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+
+
+def model_from_manifest(manifest: dict, cfg: ModelConfig, device: torch.device):
     """A Transformer whose tensors are the arena's (views on CPU, copies on a device). Keep the
-    returned arena alive as long as the model."""
-    arena = HostArena(manifest["arena"])
+    returned SharedMemory alive as long as the model."""
+    arena, shm = HostTier.attach(manifest["prefix"], manifest["arena"], (manifest["nbytes"],), torch.uint8)
     dtype = TORCH_DTYPES[manifest["dtype"]]
-    state = {name: arena.view(off, tuple(shape), dtype).to(device) for name, (off, shape) in manifest["tensors"].items()}
+    state = {name: _view(arena, off, tuple(shape), dtype).to(device) for name, (off, shape) in manifest["tensors"].items()}
     with torch.device("meta"):
         model = Transformer(cfg)
     if cfg.tie_word_embeddings:
@@ -125,7 +107,7 @@ def model_from_manifest(manifest: dict, cfg: ModelConfig, device: torch.device) 
     model.load_state_dict(state, strict=False, assign=True)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
-    return model.eval().requires_grad_(False), arena
+    return model.eval().requires_grad_(False), shm
 
 
 class MemoryActor:
@@ -133,13 +115,14 @@ class MemoryActor:
     CUDA tier are created here (create/free/usage), and shards map them as they map the weights."""
 
     def __init__(self, node_id: str):
-        self.tier = HostTier(prefix=f"tf{node_id[:8]}")
+        self.tier = NodeMemory(prefix=f"tf{node_id[:8]}")
 
     def publish_checkpoint(self, model_dir: str, dtype: str) -> dict:
         return self.tier.publish_checkpoint(model_dir, dtype)
 
     def create(self, key: str, nbytes: int) -> str:
-        return self.tier.create(key, nbytes).name
+        self.tier.create(key, nbytes)
+        return f"{self.tier.tier.prefix}-{self.tier.names[key]}"
 
     def free(self, key: str) -> None:
         self.tier.free(key)

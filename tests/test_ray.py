@@ -46,10 +46,10 @@ def ray_run(tp=1, pp=1, **kw):
 def test_pp_stages_from_the_host_tier_equal_the_plain_model(local, prompt):
     """Pipeline stages mapping the weights from a host arena (as shards map their node's memory
     actor's), run one after another in this process: logits bit-identical to the model."""
-    from actors.memory import HostTier
+    from actors.memory import NodeMemory
     from actors.shard import ShardState
     from runtime.cache_full import FullCache
-    tier = HostTier("tftest")
+    tier = NodeMemory("tftest")
     manifest = tier.publish_checkpoint(str(local.model_dir), "fp32")
     assert tier.usage()["total_bytes"] >= 134_000_000 * 4
     stages = [ShardState(str(local.model_dir), "fp32", "cpu", None, tp=1, pp=3, stage=s, tp_rank=0, weights=manifest)
