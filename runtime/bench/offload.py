@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from runtime.config import RunConfig
+from runtime.bench.registry import register
+from runtime.bench.report import markdown_table
+from runtime.bench.suites import base_run, kjv_prompt, longest_context
 from runtime.engine import Engine
 
 PLACEMENTS = {"resident": {}, "kv": dict(on_chip_layers=0), "kv+weights": dict(on_chip_layers=0)}
@@ -24,22 +26,20 @@ def _no_eos(engine: Engine):
 
 
 def suite_offload(args) -> dict:
-    from runtime.assets import kjv_text
-    base = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0], rope_scaling=args.rope_scaling,
-                max_new_tokens=args.new_tokens, retrieval_budget=args.budget, gamma1=args.gamma1, gamma2=args.gamma2,
-                temperature=0.0)
-    resident = _no_eos(Engine(RunConfig(mode="triforce", **base), keep_prefill=True))
-    streamed = _no_eos(Engine(RunConfig(mode="triforce", offload_weights=True, **base), keep_prefill=True))
+    base = base_run(args, temperature=0.0)
+    resident = _no_eos(Engine(dataclasses.replace(base, mode="triforce"), keep_prefill=True))
+    streamed = _no_eos(Engine(dataclasses.replace(base, mode="triforce", offload_weights=True), keep_prefill=True))
     engines = {"resident": resident, "kv": resident, "kv+weights": streamed}
     rows = []
-    for context in args.contexts:
-        ids = resident.tokenizer.encode(kjv_text()[:context * 6])[:context]
+    for context in [longest_context(resident, base) if c == "max" else int(c) for c in args.contexts]:
+        ids = kjv_prompt(resident, context)
         for mode in ("ar", "triforce"):
             times = {p: [] for p in PLACEMENTS}
             moved, outputs = {}, {}
-            for rep in range(args.repeats + 1):          # round 0 is a warm-up and is dropped
+            for rep in range(args.repeats + 1):              # round 0 is a warm-up and is dropped
                 for placement, extra in PLACEMENTS.items():  # interleaved, so drift hits all alike
-                    result = engines[placement].generate(ids, RunConfig(mode=mode, **base, **extra))
+                    run = dataclasses.replace(base, mode=mode, **extra)
+                    result = engines[placement].generate(ids, run)
                     outputs[placement] = result.token_ids
                     if rep:
                         times[placement].append(result.stats["ms_per_token"])
@@ -48,20 +48,20 @@ def suite_offload(args) -> dict:
             for placement in PLACEMENTS:
                 ms = statistics.median(times[placement])
                 rows.append(dict(context=len(ids), mode=mode, placement=placement, ms_per_token=ms,
-                                 ms_all=[round(t, 1) for t in times[placement]], overhead=ms / res_ms - 1,
-                                 moved_mb_per_token=moved[placement] / 1e6,
+                                 ms_all=[round(t, 1) for t in times[placement]], overhead=round(ms / res_ms - 1, 4),
+                                 moved_mb_per_token=round(moved[placement] / 1e6, 2),
                                  same_tokens=outputs[placement] == outputs["resident"]))
-                print(_row(rows[-1]), flush=True)
-    return dict(suite="offload", rows=rows)
+                print(table_offload(dict(rows=rows[-1:])).splitlines()[-1], flush=True)
+    return dict(suite="offload", new_tokens=args.new_tokens, repeats=args.repeats, rows=rows)
 
 
-def _row(r: dict) -> str:
-    return (f"| {r['context']} | {r['mode']} | {r['placement']} | {r['ms_per_token']:.1f} | {100 * r['overhead']:+.1f}% "
-            f"| {r['moved_mb_per_token']:.1f} | {'yes' if r['same_tokens'] else 'NO'} |")
+def table_offload(report: dict) -> str:
+    return markdown_table(
+        ["context", "mode", "placement", "ms/token (all)", "overhead vs resident", "MB moved per token", "same tokens"],
+        [[str(r["context"]), r["mode"], r["placement"], f"{r['ms_per_token']:.1f} ({', '.join(map(str, r['ms_all']))})",
+          f"{100 * r['overhead']:+.1f}%", f"{r['moved_mb_per_token']:.1f}", "yes" if r["same_tokens"] else "NO"]
+         for r in report["rows"]])
 
 
-def print_offload(report: dict) -> None:
-    print("| context | mode | placement | ms/token | overhead vs resident | MB moved per token | same tokens |")
-    print("|---|---|---|---|---|---|---|")
-    for r in report["rows"]:
-        print(_row(r))
+register("offload", table=table_offload,
+         help="resident vs KV offloaded vs KV+weights offloaded, ar and triforce (the tier machinery's cost)")(suite_offload)

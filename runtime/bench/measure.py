@@ -1,0 +1,164 @@
+"""Measuring one configuration: warm-up, repeats, medians and spread; the machine it ran on.
+
+Benchmarks never stop on EOS, so every run of every configuration decodes the same number of
+tokens; `generate_unstopped` is the one place that does this.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from runtime.config import RunConfig
+from runtime.engine import Engine, Result
+
+
+@contextlib.contextmanager
+def no_eos(engine: Engine):
+    """The engine ignores EOS inside this block (restored after, also on errors)."""
+    eos = engine.cfg.eos_token_ids
+    engine.cfg = dataclasses.replace(engine.cfg, eos_token_ids=())
+    try:
+        yield engine
+    finally:
+        engine.cfg = dataclasses.replace(engine.cfg, eos_token_ids=eos)
+
+
+def generate_unstopped(engine: Engine, ids: list[int], run: RunConfig) -> Result:
+    """engine.generate that decodes exactly run.max_new_tokens tokens."""
+    with no_eos(engine), torch.inference_mode():
+        return engine.generate(ids, run)
+
+
+def spread(values: list[float], digits: int = 3) -> dict:
+    """Median, min, max and every sample (rounded) of repeated measurements."""
+    return dict(median=round(statistics.median(values), digits), min=round(min(values), digits),
+                max=round(max(values), digits), all=[round(v, digits) for v in values])
+
+
+def measure_ours(engine: Engine, ids: list[int], run: RunConfig, repeats: int) -> dict:
+    """One configuration of our engine: a warm-up run (dropped), then `repeats` runs with seeds
+    run.seed, run.seed + 1, ... (at T > 0 each repeat draws its own sample; at T = 0 all agree).
+    Times are medians with spread; acceptance and tokens per target pass are pooled over the
+    repeats (accepted / drafted summed)."""
+    warm = generate_unstopped(engine, ids, run)
+    results = [generate_unstopped(engine, ids, dataclasses.replace(run, seed=run.seed + i)) for i in range(repeats)]
+    stats = [r.stats for r in results]
+    levels = {}
+    for name in stats[0]["levels"]:
+        drafted = sum(s["levels"][name]["drafted"] for s in stats)
+        accepted = sum(s["levels"][name]["accepted"] for s in stats)
+        levels[name] = dict(drafted=drafted, accepted=accepted,
+                            acceptance=round(accepted / drafted, 4) if drafted else None,
+                            seconds=round(statistics.median(s["levels"][name]["seconds"] for s in stats), 4),
+                            rebuilds=sum(s["levels"][name]["rebuilds"] for s in stats))
+    tokens = sum(s["new_tokens"] for s in stats)
+    passes = sum(s["target_passes"] for s in stats)
+    return dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
+                repeats=repeats, ms_per_token=spread([s["ms_per_token"] for s in stats]),
+                prefill_s=spread([s["prefill_s"] for s in stats]), warmup_prefill_s=warm.stats["prefill_s"],
+                tokens_per_target_pass=round(tokens / passes, 3) if passes else None,
+                acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
+                levels=levels)
+
+
+def hf_sampling(temperature: float, top_p: float) -> dict:
+    """transformers' generate() arguments for the same sampling as our RunConfig."""
+    if temperature == 0:
+        return dict(do_sample=False)
+    return dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+
+
+def measure_hf(model, ids: list[int], new_tokens: int, repeats: int, sampling: dict, **generate_kw) -> dict:
+    """transformers' generate (plain, or assisted when generate_kw holds assistant_model):
+    a warm-up generate(1 + N), the prefill timed as generate(1), then `repeats` runs of
+    generate(1 + N) whose decode time is the total less the prefill, over N tokens."""
+    x = torch.tensor([ids])
+
+    def gen(n: int) -> float:
+        torch.manual_seed(len(ids) + n)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(x, max_new_tokens=n, min_new_tokens=n, **sampling, **generate_kw)
+        return time.perf_counter() - start
+
+    gen(1 + new_tokens)  # warm-up
+    prefill_s = gen(1)
+    ms = [1000 * max(gen(1 + new_tokens) - prefill_s, 0.0) / new_tokens for _ in range(repeats)]
+    return dict(context=len(ids), new_tokens=new_tokens, repeats=repeats, ms_per_token=spread(ms),
+                prefill_s=spread([prefill_s]), warmup_prefill_s=prefill_s, tokens_per_target_pass=None,
+                acceptance={}, levels={})
+
+
+def read_bandwidth_gbs(megabytes: int = 1024, repeats: int = 5) -> float:
+    """GB/s of a streaming read (a sum over a tensor far larger than the caches)."""
+    x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
+    x.sum()  # warm-up: fault the pages in
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - start)
+    return x.numel() * 4 / min(times) / 1e9
+
+
+def decode_bytes_per_token(model, context: int) -> int:
+    """Bytes one decode step reads: every weight matrix once (the embedding row is negligible;
+    with tied embeddings the lm_head reads the matrix once) + the KV cache at this context."""
+    seen, weights = set(), 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen or name.endswith("embed_tokens.weight") and not model.cfg.tie_word_embeddings:
+            continue
+        seen.add(p.data_ptr())
+        weights += p.numel() * p.element_size()
+    kv = model.cfg.kv_bytes_per_token(model.dtype.itemsize) * context
+    return weights + kv
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> list[dict]:
+    """GPUs as NVML sees them (name, memory, driver); [] without NVML or a GPU (not an error)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 -- no NVML library or no driver: a CPU machine
+        return []
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            out.append(dict(index=i, name=name.decode() if isinstance(name, bytes) else name,
+                            memory_gib=round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 1),
+                            driver=driver.decode() if isinstance(driver, bytes) else driver))
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def machine() -> dict:
+    """What the figures were measured on."""
+    import psutil
+    import transformers
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return dict(cpu=cpu_name(), cpus=os.cpu_count(), cpus_usable=affinity,
+                memory_gib=round(psutil.virtual_memory().total / 2**30, 1), torch_threads=torch.get_num_threads(),
+                gpus=gpus(), cuda=torch.version.cuda if torch.cuda.is_available() else None,
+                torch=torch.__version__, transformers=transformers.__version__,
+                python=platform.python_version(), platform=platform.platform())

@@ -1,0 +1,239 @@
+"""The CPU suites: peers, modes, ablations, and smoke (all of them at tiny sizes).
+
+Each suite is one function `args -> report`; rows are flat dicts of raw figures (times as
+spread() dicts: median, min, max, all). Tables and plots read only the report."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from runtime.bench import plots
+from runtime.bench.measure import decode_bytes_per_token, hf_sampling, measure_hf, measure_ours, read_bandwidth_gbs
+from runtime.bench.registry import SUITES, register
+from runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
+from runtime.config import RunConfig
+from runtime.engine import Engine
+from runtime.errors import UserError
+
+
+def kjv_prompt(engine: Engine, tokens: int) -> list[int]:
+    """The first `tokens` tokens of the King James Bible (about 4 characters per token)."""
+    from runtime.assets import kjv_text
+    ids = engine.tokenizer.encode(kjv_text()[:tokens * 6])[:tokens]
+    if len(ids) < tokens:
+        raise UserError(f"the KJV text gives only {len(ids)} tokens, fewer than the {tokens} asked; use a shorter context")
+    return ids
+
+
+def base_run(args: argparse.Namespace, **overrides) -> RunConfig:
+    """The run settings shared by every configuration of a suite (flags), with overrides."""
+    values = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0], rope_scaling=args.rope_scaling,
+                  max_new_tokens=args.new_tokens, retrieval_budget=args.budget, chunk_size=args.chunk_size,
+                  gamma1=args.gamma1, gamma2=args.gamma2, top_p=args.top_p)
+    values.update(overrides)
+    return RunConfig(**values).validate()
+
+
+def longest_context(engine: Engine, run: RunConfig) -> int:
+    """The longest prompt this machine and model can hold for `run`: the model's positions less
+    the new tokens, and at most a quarter of free memory for the full KV cache and its kept copy."""
+    import psutil
+    positions = engine.cfg.max_context - run.max_new_tokens - run.gamma1 - run.gamma2 - 2
+    per_token = 2 * engine.cfg.kv_bytes_per_token(engine.model.dtype.itemsize)  # the cache + the kept prefill
+    memory = psutil.virtual_memory().available // 4 // per_token
+    return int(min(positions, memory)) // 1024 * 1024
+
+
+def speedup(ar_ms: float | None, ms: float) -> float | None:
+    return round(ar_ms / ms, 3) if ar_ms and ms else None
+
+
+# --- peers -------------------------------------------------------------------------------------
+
+def peer_rows(engine: Engine, hf_target, hf_drafter, ids: list[int], run: RunConfig, repeats: int) -> list[dict]:
+    """ar and triforce (ours), transformers' generate and assisted generation (same drafter),
+    same prompt and sampling."""
+    sampling = hf_sampling(run.temperature, run.top_p)
+    rows = [dict(system="ours ar", **measure_ours(engine, ids, dataclasses.replace(run, mode="ar"), repeats)),
+            dict(system="ours triforce", **measure_ours(engine, ids, dataclasses.replace(run, mode="triforce"), repeats)),
+            dict(system="transformers generate", mode="ar",
+                 **measure_hf(hf_target, ids, run.max_new_tokens, repeats, sampling)),
+            dict(system="transformers assisted", mode="spec",
+                 **measure_hf(hf_target, ids, run.max_new_tokens, repeats, sampling, assistant_model=hf_drafter))]
+    ar_ms, hf_ms = rows[0]["ms_per_token"]["median"], rows[2]["ms_per_token"]["median"]
+    for row in rows:
+        ms = row["ms_per_token"]["median"]
+        row.update(dtype=run.dtype, temperature=run.temperature, speedup_vs_ar=speedup(ar_ms, ms),
+                   speedup_vs_transformers=speedup(hf_ms, ms))
+    return rows
+
+
+def suite_peers(args: argparse.Namespace) -> dict:
+    from transformers import AutoModelForCausalLM
+    from runtime.model import TORCH_DTYPES
+    rows, floors, bandwidth = [], {}, read_bandwidth_gbs(megabytes=args.bandwidth_mb)
+    for dtype in args.dtypes:
+        run = base_run(args, dtype=dtype, mode="triforce", rope_scaling=None)
+        engine = Engine(run, keep_prefill=True)  # every system and temperature shares the prompt
+        ids = kjv_prompt(engine, args.context)
+        load = dict(dtype=TORCH_DTYPES[dtype])
+        hf_target = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), **load).eval()
+        hf_drafter = AutoModelForCausalLM.from_pretrained(str(engine.draft_dir), **load).eval()
+        for temperature in args.temperatures:
+            rows += peer_rows(engine, hf_target, hf_drafter, ids, dataclasses.replace(run, temperature=temperature),
+                              args.repeats)
+            print(table_peers(dict(rows=rows[-4:])), flush=True)
+        floors[dtype] = round(1000 * decode_bytes_per_token(engine.model, len(ids)) / (bandwidth * 1e9), 2)
+        del engine, hf_target, hf_drafter
+    return dict(suite="peers", context=args.context, new_tokens=args.new_tokens, repeats=args.repeats,
+                top_p=args.top_p, read_bandwidth_gbs=round(bandwidth, 2), floor_ms_per_token=floors, rows=rows)
+
+
+def table_peers(report: dict) -> str:
+    body = [[r["dtype"], str(r["temperature"]), r["system"], ms_cell(r["ms_per_token"]), fmt(r["speedup_vs_ar"], ".2f"),
+             fmt(r["speedup_vs_transformers"], ".2f"), fmt(r["tokens_per_target_pass"], ".2f"),
+             acceptance_cell(r["acceptance"]), fmt(r["warmup_prefill_s"], ".2f")] for r in report["rows"]]
+    table = markdown_table(["dtype", "T", "system", "decode ms/token (min-max)", "x ar", "x transformers",
+                            "tokens/target pass", "acceptance", "prefill s"], body)
+    floors = report.get("floor_ms_per_token")
+    if floors:
+        table += ("\n\nMemory-traffic floor (weights + KV read once per step at "
+                  f"{report['read_bandwidth_gbs']} GB/s): "
+                  + ", ".join(f"{d} {ms} ms/token" for d, ms in floors.items())
+                  + ". Prefill: ours measured once (the warm-up; later runs reuse it), transformers' as generate(1).")
+    return table
+
+
+# --- modes -------------------------------------------------------------------------------------
+
+def suite_modes(args: argparse.Namespace) -> dict:
+    """Every mode on the same KJV prompt at each context and temperature: decode ms/token,
+    speedup over `ar`, acceptance per level, tokens per full-target pass. The target's prefill is
+    computed once per context and reused by every mode (reported as target_prefill_s); each
+    mode's own prefill (drafter, retrieval selection) is its row's prefill_s."""
+    run = base_run(args, mode="triforce")
+    engine = Engine(run, keep_prefill=True)
+    rows, target_prefill = [], {}
+    contexts = [longest_context(engine, run) if c == "max" else int(c) for c in args.contexts]
+    for context in contexts:
+        ids = kjv_prompt(engine, context)
+        for temperature in args.temperatures:
+            ar_ms = None
+            for mode in args.modes:
+                row = measure_ours(engine, ids, dataclasses.replace(run, mode=mode, temperature=temperature), args.repeats)
+                target_prefill.setdefault(context, row["warmup_prefill_s"])
+                ar_ms = row["ms_per_token"]["median"] if mode == "ar" else ar_ms
+                row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
+                rows.append(row)
+                print(table_modes(dict(rows=[row])).splitlines()[-1], flush=True)
+            if args.assisted and not args.rope_scaling:
+                rows.append(assisted_row(engine, ids, dataclasses.replace(run, temperature=temperature), args.repeats,
+                                         ar_ms))
+    return dict(suite="modes", budget=run.retrieval_budget, chunk_size=run.chunk_size, gamma1=run.gamma1,
+                gamma2=run.gamma2, top_p=run.top_p, new_tokens=run.max_new_tokens, repeats=args.repeats,
+                rope_scaling=run.rope_scaling, draft_model=str(engine.draft_dir),
+                target_prefill_s={str(k): v for k, v in target_prefill.items()}, rows=rows)
+
+
+def assisted_row(engine: Engine, ids: list[int], run: RunConfig, repeats: int, ar_ms: float | None) -> dict:
+    """transformers' assisted generation with the same drafter, same prompt and sampling."""
+    from transformers import AutoModelForCausalLM
+    load = dict(dtype=engine.model.dtype)
+    target = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), **load).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(str(engine.draft_dir), **load).eval()
+    row = measure_hf(target, ids, run.max_new_tokens, repeats, hf_sampling(run.temperature, run.top_p),
+                     assistant_model=drafter)
+    row.update(mode="transformers-assisted", temperature=run.temperature,
+               speedup_vs_ar=speedup(ar_ms, row["ms_per_token"]["median"]))
+    return row
+
+
+def table_modes(report: dict) -> str:
+    body = [[str(r["context"]), str(r["temperature"]), r["mode"], ms_cell(r["ms_per_token"]),
+             fmt(r["speedup_vs_ar"], ".2f"), fmt(r["tokens_per_target_pass"], ".2f"), acceptance_cell(r["acceptance"]),
+             fmt(r["prefill_s"]["median"], ".2f")] for r in report["rows"]]
+    table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "tokens/target pass",
+                            "acceptance", "own prefill s"], body)
+    if report.get("target_prefill_s"):
+        table += ("\n\nTarget prefill, computed once per context and reused by every mode: "
+                  + ", ".join(f"{k} tokens {v:.1f} s" for k, v in report["target_prefill_s"].items()) + ".")
+    return table
+
+
+# --- ablations ---------------------------------------------------------------------------------
+
+SWEEPS = {  # param -> (flag holding its values, RunConfig field, axis label)
+    "budget": ("budgets", "retrieval_budget", "retrieval budget (tokens)"),
+    "chunk": ("chunk_sizes", "chunk_size", "chunk size (tokens)"),
+    "gamma1": ("gamma1s", "gamma1", "gamma1 (drafter tokens per round)"),
+    "gamma2": ("gamma2s", "gamma2", "gamma2 (tokens per target round)"),
+    "temperature": ("sweep_temperatures", "temperature", "temperature"),
+    "rebuild": ("rebuilds", "retrieval_rebuild", "retrieval rebuild policy"),
+}
+
+
+def suite_ablations(args: argparse.Namespace) -> dict:
+    """The paper's open questions as curves: triforce at one context, one parameter varied at a
+    time around the base settings (flags), acceptance per level and speedup over `ar` (measured
+    once, at the base temperature)."""
+    run = base_run(args, mode="triforce", temperature=args.base_temperature)
+    engine = Engine(run, keep_prefill=True)
+    ids = kjv_prompt(engine, args.context)
+    ar = measure_ours(engine, ids, dataclasses.replace(run, mode="ar"), args.repeats)
+    ar_ms, rows, seen = ar["ms_per_token"]["median"], [], {}
+    for param in args.sweeps:
+        flag, field, _ = SWEEPS[param]
+        for value in getattr(args, flag):
+            variant = dataclasses.replace(run, **{field: value}).validate()
+            if variant not in seen:  # the base settings recur in every sweep: measured once
+                seen[variant] = measure_ours(engine, ids, variant, args.repeats)
+            row = dict(seen[variant], param=param, value=value)
+            row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
+            rows.append(row)
+            print(table_ablations(dict(rows=[row])).splitlines()[-1], flush=True)
+    return dict(suite="ablations", context=len(ids), base=dict(budget=run.retrieval_budget, chunk_size=run.chunk_size,
+                gamma1=run.gamma1, gamma2=run.gamma2, temperature=run.temperature, top_p=run.top_p,
+                rebuild=run.retrieval_rebuild), new_tokens=run.max_new_tokens, repeats=args.repeats, ar=ar,
+                sweeps={p: SWEEPS[p][2] for p in args.sweeps}, rows=rows)
+
+
+def table_ablations(report: dict) -> str:
+    body = [[r["param"], str(r["value"]), ms_cell(r["ms_per_token"]), fmt(r["speedup_vs_ar"], ".2f"),
+             fmt(r["tokens_per_target_pass"], ".2f"), fmt(r["acceptance"].get("retrieval"), ".2f"),
+             fmt(r["acceptance"].get("target"), ".2f")] for r in report["rows"]]
+    table = markdown_table(["varied", "value", "triforce ms/token (min-max)", "x ar", "tokens/target pass",
+                            "drafter -> retrieval acceptance", "retrieval -> target acceptance"], body)
+    if "ar" in report:
+        base = ", ".join(f"{k} {v}" for k, v in report["base"].items())
+        table += (f"\n\nContext {report['context']} tokens; base settings: {base}; "
+                  f"ar: {ms_cell(report['ar']['ms_per_token'])} ms/token.")
+    return table
+
+
+# --- smoke -------------------------------------------------------------------------------------
+
+SMOKE = dict(context=96, contexts=["64", "96"], new_tokens=4, repeats=1, dtypes=["fp32"], temperatures=[0.0, 0.6],
+             budget=32, chunk_size=8, gamma1=2, gamma2=3, modes=["ar", "spec", "retrieval", "streaming", "triforce"],
+             budgets=[16, 32], chunk_sizes=[4, 8], gamma1s=[1, 2], gamma2s=[2, 3], sweep_temperatures=[0.0, 1.2],
+             rebuilds=["never", "every:2"], sweeps=list(SWEEPS), base_temperature=0.6, rope_scaling=None,
+             assisted=False, bandwidth_mb=64)
+
+
+def suite_smoke(args: argparse.Namespace) -> dict:
+    """peers, modes and ablations at tiny sizes: checks that every file is written, not quality."""
+    tiny = argparse.Namespace(**{**vars(args), **SMOKE})
+    return dict(suite="smoke", parts={name: SUITES[name].run(tiny) for name in ("peers", "modes", "ablations")},
+                rows=[])
+
+
+def table_smoke(report: dict) -> str:
+    return "\n\n".join(f"## {name}\n\n{SUITES[name].table(part)}" for name, part in report["parts"].items())
+
+
+register("peers", table=table_peers, plots=plots.plot_peers,
+         help="ours (ar, triforce) against transformers' generate and assisted generation")(suite_peers)
+register("modes", table=table_modes, plots=plots.plot_modes,
+         help="every mode at several contexts and temperatures")(suite_modes)
+register("ablations", table=table_ablations, plots=plots.plot_ablations,
+         help="budget, chunk size, gamma1, gamma2, temperature, rebuild policy as curves")(suite_ablations)
+register("smoke", table=table_smoke, help="every CPU suite at tiny sizes (a test)")(suite_smoke)

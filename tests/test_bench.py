@@ -1,0 +1,102 @@
+"""`triforce bench`: the smoke suite writes every file, well-formed, on tiny random checkpoints
+(random weights: this checks files, not quality); the GPU reproduction settings load and refuse
+clearly where they cannot run."""
+import json
+import shutil
+
+import pytest
+import torch
+
+from runtime.bench import repro
+from runtime.bench.registry import PLANNED, SUITES
+from runtime.cli import main
+from runtime.errors import UserError
+
+transformers = pytest.importorskip("transformers")
+
+TINY = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=512, tie_word_embeddings=True)
+
+
+def tiny_checkpoint(out, tokenizer_dir, layers: int, seed: int):
+    """A tiny random Llama with the default model's tokenizer (so drafter and target share it)."""
+    torch.manual_seed(seed)
+    vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
+    cfg = transformers.LlamaConfig(vocab_size=vocab, num_hidden_layers=layers, **TINY)
+    transformers.LlamaForCausalLM(cfg).eval().save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / name, out / name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(default_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    target = tiny_checkpoint(root / "target", default_model_dir, layers=2, seed=0)
+    drafter = tiny_checkpoint(root / "drafter", default_model_dir, layers=1, seed=1)
+    return target, drafter
+
+
+EXPECTED_PNGS = ["peers_decode.png", "modes_speedup.png", "modes_acceptance.png"] + \
+                [f"ablations_{p}.png" for p in ("budget", "chunk", "gamma1", "gamma2", "temperature", "rebuild")]
+
+
+def test_smoke_suite_writes_every_file(tiny_pair, tmp_path, capsys):
+    target, drafter = tiny_pair
+    out = tmp_path / "out"
+    assert main(["bench", "--suite", "smoke", "--model", str(target), "--draft-model", str(drafter),
+                 "--threads", "1", "--out", str(out)]) == 0
+    names = {p.name for p in out.iterdir()}
+    for suite in ("smoke", "peers", "modes", "ablations"):
+        assert {f"{suite}.json", f"{suite}.md"} <= names, suite
+        report = json.loads((out / f"{suite}.json").read_text())
+        assert report["machine"]["cpu"] and report["machine"]["torch"] and "gpus" in report["machine"]
+        md = (out / f"{suite}.md").read_text()
+        assert md.startswith(f"# bench: {suite}") and "|---|" in md, suite
+    for png in EXPECTED_PNGS:
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(data) < 100_000, png
+    modes = json.loads((out / "modes.json").read_text())
+    assert {r["mode"] for r in modes["rows"]} == {"ar", "spec", "retrieval", "streaming", "triforce"}
+    for row in modes["rows"]:
+        assert row["new_tokens"] == 4 and set(row["ms_per_token"]) == {"median", "min", "max", "all"}
+        assert row["speedup_vs_ar"] > 0 and row["prefill_s"]["median"] >= 0
+    triforce = next(r for r in modes["rows"] if r["mode"] == "triforce")
+    assert set(triforce["acceptance"]) <= {"retrieval", "target"} and triforce["tokens_per_target_pass"] >= 1
+    peers = json.loads((out / "peers.json").read_text())
+    assert {r["system"] for r in peers["rows"]} == {"ours ar", "ours triforce", "transformers generate",
+                                                    "transformers assisted"}
+    ablations = json.loads((out / "ablations.json").read_text())
+    assert {r["param"] for r in ablations["rows"]} == set(ablations["sweeps"])
+    assert "| peers" not in capsys.readouterr().err
+
+
+def test_planned_suites_say_where_they_come_from(capsys):
+    assert set(PLANNED) == {"offload", "ray"} and not set(PLANNED) & set(SUITES)
+    assert main(["bench", "--suite", "offload"]) == 2
+    assert "not available yet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["a100", "2x4090", "1x4090"])
+def test_repro_settings_load(name):
+    setting = repro.load_setting(name)
+    assert setting.paper["triforce_ms"] < setting.paper["baseline_ms"]
+    assert setting.modes[0] == "ar" and setting.context <= 131072 - setting.new_tokens - 32
+    assert setting.run["device"] == "cuda"
+    if setting.pending:  # offload keys not in this build's RunConfig yet: refused by name
+        with pytest.raises(UserError, match="offload"):
+            setting.run_config("T", "D")
+    else:
+        assert setting.run_config("T", "D").retrieval_budget == setting.run["retrieval_budget"]
+
+
+def test_repro_refuses_missing_checkpoints_and_cpu(tmp_path, capsys, default_model_dir):
+    assert main(["bench", "--suite", "repro", "--setting", "a100", "--target", str(tmp_path / "nope"),
+                 "--draft", str(default_model_dir)]) == 2
+    assert "--target" in capsys.readouterr().err
+    assert main(["bench", "--suite", "repro", "--setting", "h100"]) == 2
+    assert "a100" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "--suite", "repro", "--setting", "a100", "--target", str(default_model_dir),
+                     "--draft", str(default_model_dir)]) == 2
+        assert "CUDA" in capsys.readouterr().err
