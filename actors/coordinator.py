@@ -80,7 +80,7 @@ class RayEngine(Engine):
         cache is described to the shards by a small spec (sent in the next call)."""
         params, group, spec = run.sampling, self.group, {}
         target = Level("target", self.model, RemoteFullCache(group, "target"), params, run.prefill_chunk)
-        spec["target"] = dict(kind="full", capacity=capacity)
+        spec["target"] = dict(kind="full", capacity=capacity, on_chip=run.on_chip_layers)  # KV offload: shard side
 
         def drafter():   # local to the coordinator, as in Engine.build_stack
             scratch, d = run.gamma1 + run.gamma2 + 2, self.drafter

@@ -67,6 +67,9 @@ class ShardState:
 
     def new_request(self, spec: dict) -> None:
         """Allocates the request's caches; `spec` maps a cache name to its kind and sizes."""
+        for cache in self.caches.values():
+            if hasattr(cache, "close"):   # the previous request's offloaded cache returns its arenas
+                cache.close()
         self.caches = {}
         cfg, dev, dt = self.cfg, self.device, self.dtype
         ropes: dict[int, Rope] = {}
@@ -77,13 +80,35 @@ class ShardState:
                                                    scratch=s["scratch"])
                 continue
             rope = ropes.setdefault(s["capacity"], self.rope(s["capacity"]))   # full and retrieval share one
-            if s["kind"] == "full":
+            on_chip = self.local_on_chip(s.get("on_chip"))
+            if s["kind"] == "full" and on_chip is not None:
+                self.caches[name] = self.offloaded_cache(rope, s["capacity"], on_chip)
+            elif s["kind"] == "full":
                 self.caches[name] = FullCache(cfg, rope, 1, s["capacity"], dev, dt)
             elif s["kind"] == "retrieval":
                 self.caches[name] = RetrievalCache(cfg, rope, 1, s["budget"], s["chunk"], s["generated"], dev, dt,
                                                    recent=s["recent"])
             else:
                 raise ValueError(f"unknown cache kind {s['kind']!r} for cache {name!r}")
+
+    def local_on_chip(self, on_chip: int | None) -> int | None:
+        """The run's on_chip_layers (counted over the whole model) within this stage's layers;
+        None when every layer of the stage keeps its KV on the device."""
+        first, stop = self.layers
+        if on_chip is None or on_chip >= stop:
+            return None
+        return max(0, on_chip - first)
+
+    def offloaded_cache(self, rope: Rope, capacity: int, on_chip: int):
+        """The full cache with this stage's layers beyond on_chip in the node's host tier (the same
+        offload/ code as the in-process path); this shard issues the copies to its own device."""
+        from offload.kv import OffloadedFullCache
+        from offload.tier import Copier, HostTier
+        if getattr(self, "tier", None) is None:
+            self.tier, self.copier, self.requests = HostTier(self.device), Copier(self.device), 0
+        self.requests += 1
+        return OffloadedFullCache(self.cfg, rope, 1, capacity, self.device, self.dtype, on_chip, self.tier,
+                                  self.copier, name=f"kv-{self.requests}")
 
     def run(self, ops: list, hidden: torch.Tensor | None) -> torch.Tensor | None:
         """Applies the control ops; returns the pass's logits [1, T|1, V] (last stage) or hidden

@@ -234,9 +234,9 @@ class RunConfig:
             raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
         if self.offload not in ("none", "auto"):
             raise UserError(f"offload {self.offload!r} must be none or auto")
-        if self.backend == "ray" and (self.on_chip_layers is not None or self.offload_weights or self.offload != "none"):
-            raise UserError("offloading (on_chip_layers / offload_weights / offload auto) is not wired into "
-                            "--backend ray yet; run it with --backend local")
+        if self.backend == "ray" and (self.offload_weights or self.offload != "none"):
+            raise UserError("offload_weights and offload auto are not wired into --backend ray yet (on_chip_layers "
+                            "is); run them with --backend local")
         if self.backend not in BACKENDS:
             raise UserError(f"backend {self.backend!r} is not one of {', '.join(BACKENDS)}")
         for name in ("tp", "pp"):

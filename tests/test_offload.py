@@ -194,6 +194,8 @@ def test_offload_flags_reach_the_run_config():
     with pytest.raises(UserError, match="offload 'always'"):
         RunConfig(offload="always").validate()
     assert main(["generate", "--prompt", "x", "--offload", "auto", "--on-chip-layers", "-2"]) == 2
+    with pytest.raises(UserError, match="not wired into --backend ray"):
+        RunConfig(backend="ray", offload_weights=True).validate()
 
 
 def test_a_full_host_tier_is_a_clear_error(monkeypatch):

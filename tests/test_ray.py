@@ -107,6 +107,9 @@ def test_pp2_equals_local_and_survives_a_dead_shard(cluster, local, prompt, expe
     try:
         for mode in MODES:
             assert client.generate(prompt, ray_run(pp=2, mode=mode)).token_ids == expected[mode], mode
+        # KV offloaded in the shards (the same offload/ code): layers 7.. of the model, across both stages
+        for mode in ("ar", "triforce"):
+            assert client.generate(prompt, ray_run(pp=2, mode=mode, on_chip_layers=7)).token_ids == expected[mode], mode
         # PP changes no arithmetic and the sampler lives in the coordinator: seeded sampling matches too
         sampled = dict(mode="triforce", temperature=0.6, top_p=0.9, seed=7)
         assert (client.generate(prompt, ray_run(pp=2, **sampled)).token_ids ==
