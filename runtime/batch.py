@@ -28,7 +28,8 @@ from pathlib import Path
 
 import msgpack
 
-from runtime.config import DTYPES, MODES, RunConfig, load_run_config
+from runtime import cli
+from runtime.config import RunConfig, load_run_config
 from runtime.errors import UserError
 
 MAX_MESSAGE_BYTES = 64 << 20   # largest job or result message between the driver and a replica
@@ -578,12 +579,11 @@ def summary_table(summary: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------ CLI
-RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
-             "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "retrieval_budget", "chunk_size",
-             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "batch_size")
+RUN_FLAGS = cli.RUN_FLAGS + ("batch_size",)
 
 
 def add_batch_parser(sub) -> None:
+    from runtime.cli import add_run_args
     p = sub.add_parser("batch", help="run a JSONL file of requests: durable, resumable, with replicas")
     p.add_argument("--input", required=True, help='JSONL: one {"id", "prompt" | "prompt_file" | "messages", ...} per line')
     p.add_argument("--output", required=True, help="JSONL of results, appended as records finish")
@@ -593,28 +593,7 @@ def add_batch_parser(sub) -> None:
     p.add_argument("--backend", choices=("local", "ray"), default="local", help="replicas as local processes or Ray actors")
     p.add_argument("--threads", type=int, help="torch threads per replica (default: cores / replicas)")
     p.add_argument("--report", help="report directory (default: OUTPUT with .report instead of its suffix)")
-    # the run defaults, as `triforce generate` spells them
-    p.add_argument("--model", help="Hugging Face checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--chat", action="store_true", default=None, help="wrap prompts in the tokenizer's chat template")
-    p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--mode", choices=MODES)
-    p.add_argument("--temperature", type=float, help="0 = greedy (exact argmax)")
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--dtype", choices=DTYPES)
-    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
-    p.add_argument("--prefill-chunk", type=int, help="prompt tokens per prefill forward pass")
-    p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR, e.g. yarn:4")
-    p.add_argument("--draft-model", help="drafter checkpoint sharing the target's tokenizer")
-    p.add_argument("--gamma1", type=int)
-    p.add_argument("--gamma2", type=int)
-    p.add_argument("--retrieval-budget", type=int)
-    p.add_argument("--chunk-size", type=int)
-    p.add_argument("--retrieval-recent", type=int)
-    p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
-    p.add_argument("--draft-window", type=int)
-    p.add_argument("--draft-sinks", type=int)
+    add_run_args(p)  # the run defaults, as `triforce generate` spells them
     p.add_argument("--batch-size", type=int, help="sequences each replica decodes together (default 1)")
     p.set_defaults(func=cmd_batch)
 

@@ -13,11 +13,23 @@ from runtime.errors import UserError
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="YAML file of run settings (flags override it)")
-    p.add_argument("--model", help="Hugging Face checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text (UTF-8)")
     p.add_argument("--question", help="a question asked about the prompt's text (placed before and after it)")
+    add_run_args(p)
+    p.add_argument("--backend", choices=("local", "ray"), help="local (default): this process; ray: shard actors "
+                   "and a coordinator actor on a Ray cluster (see README, Ray)")
+    p.add_argument("--tp", type=int, help="ray: tensor-parallel shards per pipeline stage (divides the KV heads)")
+    p.add_argument("--pp", type=int, help="ray: pipeline stages (layer ranges)")
+    p.add_argument("--ray-address", help="ray: cluster address (default: $RAY_ADDRESS, else a local cluster)")
+    p.add_argument("--json", help="write the result (token ids, text, stats) to this JSON file")
+    p.add_argument("--quiet", action="store_true", help="do not stream text to stdout")
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """The model, mode, sampling, speculation and offload flags: `generate` and `batch` share them."""
+    p.add_argument("--model", help="Hugging Face checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--chat", action="store_true", default=None, help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--mode", choices=MODES)
@@ -44,20 +56,16 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-weights", action="store_true", default=None,
                    help="keep decoder-layer weights in the host tier, streamed one layer ahead of compute")
     p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
-    p.add_argument("--backend", choices=("local", "ray"), help="local (default): this process; ray: shard actors "
-                   "and a coordinator actor on a Ray cluster (see README, Ray)")
-    p.add_argument("--tp", type=int, help="ray: tensor-parallel shards per pipeline stage (divides the KV heads)")
-    p.add_argument("--pp", type=int, help="ray: pipeline stages (layer ranges)")
-    p.add_argument("--ray-address", help="ray: cluster address (default: $RAY_ADDRESS, else a local cluster)")
-    p.add_argument("--json", help="write the result (token ids, text, stats) to this JSON file")
-    p.add_argument("--quiet", action="store_true", help="do not stream text to stdout")
+
+
+RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
+             "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "retrieval_budget", "chunk_size",
+             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "on_chip_layers",
+             "offload_weights", "offload")  # the RunConfig keys add_run_args fills
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
-    keys = ("model", "prompt", "prompt_file", "question", "chat", "max_new_tokens", "mode", "temperature",
-            "top_p", "top_k", "seed", "dtype", "device", "prefill_chunk", "rope_scaling", "draft_model", "gamma1",
-            "gamma2", "retrieval_budget", "chunk_size", "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks",
-            "on_chip_layers", "offload_weights", "offload", "backend", "tp", "pp", "ray_address")
+    keys = RUN_FLAGS + ("prompt", "prompt_file", "question", "backend", "tp", "pp", "ray_address")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
 
 
