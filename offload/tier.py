@@ -79,7 +79,7 @@ class Copier:
             stream = self._streams[lane]
             for event in after:
                 stream.wait_event(event)
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream), torch.inference_mode():  # tensors made under inference mode too
                 for t in (dst, src):  # used on another stream: keep the allocator from reusing them early
                     if t.is_cuda:
                         t.record_stream(stream)
@@ -122,7 +122,8 @@ class Copier:
 def _after_then(after: list, fn, *args) -> None:
     for event in after:
         event.result()
-    fn(*args)
+    with torch.inference_mode():  # this thread does not inherit the caller's mode; arenas may be inference tensors
+        fn(*args)
 
 
 def _shutdown(workers: list[ThreadPoolExecutor]) -> None:

@@ -1,6 +1,7 @@
 """Offloading: the host tier, the copy lanes, the offloaded full cache and weight streaming give
 exactly the resident results, on the real model for every mode and on a tiny model with slow,
 poisoning copies that would expose any read of a buffer before its copy completed."""
+import dataclasses
 import multiprocessing
 import time
 
@@ -207,3 +208,14 @@ def test_a_full_host_tier_is_a_clear_error(monkeypatch):
     with pytest.raises(UserError, match="--shm-size"):
         tier.allocate("big", (1024,), torch.float32)
     assert tier.bytes == 0
+
+
+def test_offloaded_generation_under_inference_mode(engines):
+    """Callers may wrap generate in inference mode (the bench does): the copy threads must cope
+    with arenas and slots created there."""
+    resident, _ = engines
+    ids = resident.tokenizer.encode("In the beginning God created the heaven and the earth.")
+    run = RunConfig(model=str(resident.model_dir), mode="ar", max_new_tokens=4)
+    expected = resident.generate(ids, run).token_ids
+    with torch.inference_mode():
+        assert resident.generate(ids, dataclasses.replace(run, on_chip_layers=3)).token_ids == expected
