@@ -266,13 +266,9 @@ def _measured_h2d_bandwidth(megabytes: int = 256) -> float | None:
 
 
 @functools.cache
-def _cpu_read_bandwidth(megabytes: int = 256) -> float:
-    x = torch.ones(megabytes * 2**20 // 4)
-    x.sum()
-    start = time.perf_counter()
-    for _ in range(3):
-        x.sum()
-    return 3 * x.numel() * 4 / (time.perf_counter() - start)
+def _cpu_read_bandwidth() -> float:
+    from runtime.bench.measure import read_bandwidth_gbs
+    return read_bandwidth_gbs(megabytes=256, repeats=3) * GB
 
 
 def _host_memory() -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from runtime.bench.measure import generate_unstopped
 from runtime.bench.registry import register
 from runtime.bench.report import markdown_table
 from runtime.bench.suites import base_run, kjv_prompt, longest_context
@@ -19,16 +20,10 @@ from runtime.engine import Engine
 PLACEMENTS = {"resident": {}, "kv": dict(on_chip_layers=0), "kv+weights": dict(on_chip_layers=0)}
 
 
-def _no_eos(engine: Engine):
-    """Benchmarks generate exactly new_tokens: EOS does not stop them."""
-    engine.cfg = dataclasses.replace(engine.cfg, eos_token_ids=())
-    return engine
-
-
 def suite_offload(args) -> dict:
     base = base_run(args, temperature=0.0)
-    resident = _no_eos(Engine(dataclasses.replace(base, mode="triforce"), keep_prefill=True))
-    streamed = _no_eos(Engine(dataclasses.replace(base, mode="triforce", offload_weights=True), keep_prefill=True))
+    resident = Engine(dataclasses.replace(base, mode="triforce"), keep_prefill=True)
+    streamed = Engine(dataclasses.replace(base, mode="triforce", offload_weights=True), keep_prefill=True)
     engines = {"resident": resident, "kv": resident, "kv+weights": streamed}
     rows = []
     for context in [longest_context(resident, base) if c == "max" else int(c) for c in args.contexts]:
@@ -39,7 +34,7 @@ def suite_offload(args) -> dict:
             for rep in range(args.repeats + 1):              # round 0 is a warm-up and is dropped
                 for placement, extra in PLACEMENTS.items():  # interleaved, so drift hits all alike
                     run = dataclasses.replace(base, mode=mode, **extra)
-                    result = engines[placement].generate(ids, run)
+                    result = generate_unstopped(engines[placement], ids, run)
                     outputs[placement] = result.token_ids
                     if rep:
                         times[placement].append(result.stats["ms_per_token"])
