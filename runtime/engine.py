@@ -163,21 +163,16 @@ class Engine:
                                    run.max_new_tokens + run.gamma2 + 2, dev, dt, recent=run.recent_tokens)
             return Level("retrieval", self.model, cache, params, run.prefill_chunk)
 
-        def metered(levels):
-            for level in levels:  # every level's passes may stream weights; the target's also KV
-                level.traffic = self.copier.traffic if self.copier else None
-            return levels
-
         if run.mode == "ar":
-            return metered([target]), []
+            return [target], []
         if run.mode == "spec":
-            return metered([drafter(), target]), [run.gamma2]
+            return [drafter(), target], [run.gamma2]
         if run.mode == "retrieval":
-            return metered([retrieval(), target]), [run.gamma2]
+            return [retrieval(), target], [run.gamma2]
         if run.mode == "streaming":
             sinks = min(run.draft_sinks, run.retrieval_budget // 2)
-            return metered([streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target]), [run.gamma2]
-        return metered([drafter(), retrieval(), target]), [run.gamma1, run.gamma2]
+            return [streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target], [run.gamma2]
+        return [drafter(), retrieval(), target], [run.gamma1, run.gamma2]
 
     def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
@@ -232,6 +227,8 @@ class Engine:
         if run.mode in DRAFTER_MODES and self.drafter is None:
             self.drafter = self.load_drafter(run)
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
+        for level in stack:  # any level's passes may stream weights; the target's also KV
+            level.traffic = self.copier.traffic if self.copier else None
         try:
             return self._generate(stack, gammas, prompt_ids, run, on_tokens, on_prefill)
         finally:
