@@ -72,7 +72,6 @@ class Engine:
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
-        self.tier = self.copier = None
         if run.offload_weights or run.offload == "auto" and weights_need_offload(self.cfg, run, self.device):
             self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
             from offload.weights import offload_weights
@@ -80,6 +79,8 @@ class Engine:
         else:
             self.model = load_model(self.model_dir, run.dtype, self.device, self.cfg)
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
+
+    tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
 
     def tiers(self):
         """The host tier and the copier, created on first use (only offloading needs them)."""
