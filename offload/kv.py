@@ -68,22 +68,20 @@ class OffloadedFullCache(FullCache):
     def storage(self, layer: int):
         if layer < self.on_chip:
             return self.k[layer], self.v[layer]
-        slot = self.slots[self._slot(layer)]
-        self._load(layer)
-        self.copier.wait(slot.loaded)
-        if self.prefetch and layer + 1 < self.num_layers:
-            self.slots[self._slot(layer + 1)].released = self.copier.record()  # layer-1 was its last reader
-            self._load(layer + 1)
         s = self._slot(layer)
+        self._load(layer)
+        self.copier.wait(self.slots[s].loaded)
+        if self.prefetch and layer + 1 < self.num_layers:
+            self.slots[1 - s].released = self.copier.record()  # layer-1 was its last reader
+            self._load(layer + 1)
         return self.slot_k[s], self.slot_v[s]
 
     def stored(self, layer: int, start: int, stop: int) -> None:
         if layer < self.on_chip:
             return
         s, j = self._slot(layer), layer - self.on_chip
-        written = [self.copier.record()]  # the new K/V are in the slot
-        self.copier.copy("store_cache", self.host_k[j, :, :, start:stop], self.slot_k[s, :, :, start:stop], written)
-        event = self.copier.copy("store_cache", self.host_v[j, :, :, start:stop], self.slot_v[s, :, :, start:stop], written)
+        event = self._copy_kv("store_cache", (self.host_k[j], self.host_v[j]), (self.slot_k[s], self.slot_v[s]),
+                              slice(start, stop), [self.copier.record()])  # after the new K/V are in the slot
         slot = self.slots[s]
         slot.stored, slot.valid = event, stop
         self.store_events[layer] = event
@@ -95,17 +93,15 @@ class OffloadedFullCache(FullCache):
         k = torch.empty_like(self.slot_k[0, :, :, :n])
         v = torch.empty_like(self.slot_v[0, :, :, :n])
         after = [e for e in (self.store_events.get(layer),) if e is not None]
-        self.copier.copy("load_cache", k, self.host_k[j, :, :, :n], after)
-        self.copier.wait(self.copier.copy("load_cache", v, self.host_v[j, :, :, :n], after))
+        self.copier.wait(self._copy_kv("load_cache", (k, v), (self.host_k[j], self.host_v[j]), slice(0, n), after))
         return k, v
 
     def write_layer(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         if layer < self.on_chip:
             return super().write_layer(layer, k, v)
         j, n = layer - self.on_chip, k.shape[2]
-        after = [self.copier.record()]
-        self.copier.copy("store_cache", self.host_k[j, :, :, :n], k, after)
-        self.store_events[layer] = self.copier.copy("store_cache", self.host_v[j, :, :, :n], v, after)
+        self.store_events[layer] = self._copy_kv("store_cache", (self.host_k[j], self.host_v[j]), (k, v), slice(0, n),
+                                                 [self.copier.record()])
         for slot in self.slots:
             if slot.layer == layer:
                 slot.layer, slot.valid = -1, 0
@@ -138,6 +134,12 @@ class OffloadedFullCache(FullCache):
         if not self.prefetch:
             slot.released = self.copier.record()
         after = [e for e in (slot.released, slot.stored, self.store_events.get(layer)) if e is not None]
-        self.copier.copy("load_cache", self.slot_k[s, :, :, :n], self.host_k[j, :, :, :n], after)
-        slot.loaded = self.copier.copy("load_cache", self.slot_v[s, :, :, :n], self.host_v[j, :, :, :n], after)
+        slot.loaded = self._copy_kv("load_cache", (self.slot_k[s], self.slot_v[s]), (self.host_k[j], self.host_v[j]),
+                                    slice(0, n), after)
         slot.layer, slot.valid = layer, n
+
+    def _copy_kv(self, lane: str, dst: tuple, src: tuple, positions: slice, after: list):
+        """Copies positions of K and V ([B, Hkv, S, D] each) on one lane; the event covers both (a lane is FIFO)."""
+        for d, s in zip(dst, src):
+            event = self.copier.copy(lane, d[:, :, positions], s[:, :, positions], after)
+        return event
