@@ -192,7 +192,7 @@ def probe_machine(gpus: int | None = None) -> Machine:
     copy; CPU-only machines through psutil and measured memory bandwidths. Failures become notes."""
     notes: list[str] = []
     found = _nvml_gpus(notes)
-    if found and torch.cuda.is_available():
+    if found and torch.cuda.is_available() and gpus != 0:  # gpus=0: the run is on the CPU
         n = min(len(found), gpus or len(found))
         g = found[0]
         link = _measured_h2d_bandwidth()
@@ -204,12 +204,12 @@ def probe_machine(gpus: int | None = None) -> Machine:
                        f"{n} x {g['name']} ({g['memory'] / GIB:.0f} GiB, PCIe gen{g['pcie_gen']} x{g['pcie_width']})",
                        tuple(notes))
     if found:
-        notes.append("NVML sees GPUs but torch has no CUDA: planning for the CPU")
+        why = "the run is on the CPU" if gpus == 0 else "torch has no CUDA"
+        notes.append(f"NVML sees GPUs but {why}: planning for the CPU")
     import psutil
-    available = psutil.virtual_memory().available
-    read = _cpu_read_bandwidth()
-    return Machine(0, available * 0.8, read, read / 2, available * 0.8,
-                   f"CPU only ({psutil.cpu_count(logical=False)} cores, {available / GIB:.1f} GiB available)",
+    usable, read = _host_memory(), _cpu_read_bandwidth()
+    return Machine(0, usable, read, read / 2, usable,
+                   f"CPU only ({psutil.cpu_count(logical=False)} cores, {usable / 0.8 / GIB:.1f} GiB available)",
                    tuple(notes + ["CPU-only: the host tier is the same RAM as the device tier, so offloading "
                                   "saves no memory; decode on CPUs is partly compute-bound (predictions are floors)"]))
 
