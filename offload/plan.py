@@ -90,7 +90,7 @@ def outer_weight_bytes(cfg: ModelConfig, dtype_bytes: int) -> int:
 
 
 def kv_layer_bytes(cfg: ModelConfig, dtype_bytes: int, tokens: int) -> int:
-    return 2 * cfg.num_kv_heads * cfg.head_dim * dtype_bytes * tokens
+    return cfg.kv_bytes_per_token(dtype_bytes) // cfg.num_layers * tokens
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

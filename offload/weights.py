@@ -35,7 +35,6 @@ class WeightStreamer:
         self.loaded = [None, None]            # events: the slot's load finished
         self.released = [None, None]          # events: compute reading the slot finished
         self.num_layers, self.copier, self.prefetch = len(layers), copier, prefetch
-        self.layer_bytes = sum(t[0].numel() * t.element_size() for t in self.host.values())
 
     def acquire(self, i: int) -> dict[str, torch.Tensor]:
         """Layer i's weights on the device (waits for their load); starts loading layer i+1."""
