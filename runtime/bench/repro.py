@@ -17,6 +17,7 @@ import yaml
 from runtime.bench.measure import measure_ours
 from runtime.bench.registry import register
 from runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
+from runtime.bench.suites import prompt_ids
 from runtime.config import RunConfig
 from runtime.errors import UserError
 
@@ -95,20 +96,6 @@ def check_gpus(setting: Setting) -> None:
                             f"{gib:.0f} GiB")
 
 
-def prompt_ids(engine, tokens: int, prompt_file: str | None) -> list[int]:
-    """The first `tokens` tokens of --prompt-file (the paper: a PG-19 book), else of the KJV."""
-    if prompt_file:
-        text = Path(prompt_file).expanduser().read_text(encoding="utf-8")
-    else:
-        from runtime.assets import kjv_text
-        text = kjv_text()
-    ids = engine.tokenizer.encode(text[:tokens * 8])[:tokens]
-    if len(ids) < tokens:
-        raise UserError(f"the prompt text gives {len(ids)} tokens, fewer than the setting's {tokens}; "
-                        "pass a longer --prompt-file")
-    return ids
-
-
 def suite_repro(args: argparse.Namespace) -> dict:
     if not args.setting:
         raise UserError(f"--suite repro needs --setting NAME; available: {', '.join(settings())}")
@@ -119,7 +106,7 @@ def suite_repro(args: argparse.Namespace) -> dict:
     check_gpus(setting)
     from runtime.engine import Engine
     engine = Engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True)
-    ids = prompt_ids(engine, setting.context, args.prompt_file)
+    ids = prompt_ids(engine, args, setting.context)
     rows, ar_ms = [], None
     for mode in setting.modes:
         row = measure_ours(engine, ids, dataclasses.replace(run, mode=mode), setting.repeats)

