@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from runtime.gamma import expected_tokens
 from runtime.config import ModelConfig, RunConfig, read_config_json, model_config_from_dict
 from runtime.errors import UserError
 
@@ -91,13 +92,6 @@ def outer_weight_bytes(cfg: ModelConfig, dtype_bytes: int) -> int:
 
 def kv_layer_bytes(cfg: ModelConfig, dtype_bytes: int, tokens: int) -> int:
     return cfg.kv_bytes_per_token(dtype_bytes) // cfg.num_layers * tokens
-
-
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Tokens one verification round commits when each draft is accepted with probability alpha."""
-    if alpha >= 1:
-        return gamma + 1
-    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
 # ---- the cost model -----------------------------------------------------------------------------

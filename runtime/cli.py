@@ -45,6 +45,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    "default: the embedded drafter of the default target)")
     p.add_argument("--gamma1", type=int, help="tokens the drafter proposes per round to the middle level (triforce)")
     p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
+    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: pick gamma1/gamma2 each round from pass costs "
+                   "measured at start-up and the running acceptance (0 = that level off; the choice is in stats.gamma)")
     p.add_argument("--retrieval-budget", type=int, help="middle-level KV budget in tokens")
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
     p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
@@ -59,7 +61,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
-             "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "retrieval_budget", "chunk_size",
+             "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "gamma", "retrieval_budget", "chunk_size",
              "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "on_chip_layers",
              "offload_weights", "offload")  # the RunConfig keys add_run_args fills
 

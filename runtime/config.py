@@ -188,6 +188,8 @@ class RunConfig:
     draft_model: str | None = None  # drafter checkpoint; None = the embedded drafter of the default target
     gamma1: int = 2                 # tokens the drafter proposes per round to the middle level (triforce)
     gamma2: int = 6                 # tokens proposed per round to the full target (all speculative modes)
+    gamma: str = "fixed"            # fixed: gamma1/gamma2 as given | auto: chosen each round from pass costs
+                                    # measured at start-up and the running acceptance (runtime/gamma.py)
     draft_sinks: int = 16           # drafter StreamingLLM cache: sink tokens
     draft_window: int = 240         # drafter StreamingLLM cache: recent tokens
     retrieval_budget: int = 4096    # middle-level KV budget in tokens (also the `streaming` mode's cache)
@@ -232,6 +234,8 @@ class RunConfig:
                             f"chunk_size {self.chunk_size}")
         if self.on_chip_layers is not None and self.on_chip_layers < 0:
             raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
+        if self.gamma not in ("fixed", "auto"):
+            raise UserError(f"gamma {self.gamma!r} must be fixed (use gamma1/gamma2) or auto")
         if self.offload not in ("none", "auto"):
             raise UserError(f"offload {self.offload!r} must be none or auto")
         if self.backend == "ray" and (self.offload_weights or self.offload != "none"):

@@ -4,6 +4,7 @@ the Ray actors all call Engine.generate.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from runtime.cache_retrieval import RetrievalCache
 from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.errors import UserError
+from runtime.gamma import GammaTuner, auto_caps, chain
 from runtime.generate import decode, timed
 from runtime.model import Transformer, load_model
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
@@ -227,6 +229,9 @@ class Engine:
         self.check_length(len(prompt_ids), run.max_new_tokens)
         if run.mode in DRAFTER_MODES and self.drafter is None:
             self.drafter = self.load_drafter(run)
+        if run.gamma == "auto":  # caches sized for the largest gammas the tuner may pick
+            caps = auto_caps(len(MODE_LEVELS[run.mode]), run.max_new_tokens)
+            run = dataclasses.replace(run, gamma1=max(caps[0], 1), gamma2=max(caps[-1], 1))
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         for level in stack:  # any level's passes may stream weights; the target's also KV
             level.traffic = self.copier.traffic if self.copier else None
@@ -239,7 +244,12 @@ class Engine:
     def _generate(self, stack, gammas, prompt_ids, run, on_tokens, on_prefill) -> Result:
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
-        decoder = self.decoder(stack, gammas, list(prompt_ids), generator, rebuild_policy(run, len(prompt_ids)))
+        tuner = None
+        if run.gamma == "auto" and len(stack) > 1:
+            tuner = GammaTuner.start(stack, auto_caps(len(stack), run.max_new_tokens))
+            gammas = list(tuner.gammas)
+        decoder = self.decoder(stack, gammas, list(prompt_ids), generator,
+                               chain(rebuild_policy(run, len(prompt_ids)), tuner))
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
         n = len(gen.token_ids)
@@ -251,12 +261,14 @@ class Engine:
                      new_tokens=n, dtype=self.dtype, device=str(self.device),
                      target_passes=target_passes,
                      tokens_per_target_pass=round(n / target_passes, 3) if target_passes else None,
-                     **level_stats(stack), **offload_stats(stack, n))
+                     **level_stats(stack), **offload_stats(stack, n), **(tuner.stats() if tuner else {}))
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         return Result(str(self.model_dir), run.mode, len(prompt_ids), gen.token_ids, text, gen.stopped_by, stats)
 
 
 DRAFTER_MODES = ("spec", "triforce")
+MODE_LEVELS = {"ar": ("target",), "spec": ("drafter", "target"), "retrieval": ("retrieval", "target"),
+               "streaming": ("streaming", "target"), "triforce": ("drafter", "retrieval", "target")}
 _ARENA_IDS = itertools.count()
 
 

@@ -1,0 +1,179 @@
+"""`--gamma auto`: γ1 and γ2 chosen from measured pass costs and the running acceptance.
+
+The cost model is the planner's (offload/plan.py uses `expected_tokens` from here). A stack's
+level i, verifying γ tokens proposed by the level below, spends per round γ·u(i-1) (the proposals)
+plus one pass of γ+1 tokens, c_i(γ+1), and commits E(α_i, γ) = (1 - α_i^(γ+1)) / (1 - α_i) tokens
+on average, where α_i is its acceptance. So its seconds per emitted token are
+
+    u(0) = c_0(1)                                   the bottom level samples one token per pass
+    u(i) = (γ·u(i-1) + c_i(γ+1)) / E(α_i, γ)        γ >= 1
+    u(i) = c_i(1)                                   γ = 0: level i samples by itself
+
+(seconds_per_token computes it exactly as speculate.draft schedules rounds: the last round of a
+draft of n tokens proposes fewer, so the lower levels' γ matters only when the upper γ exceeds
+it), and the tuner picks the γs minimizing u(top). γ2 = 0 is plain `ar` (the target alone), γ1 = 0
+drops the drafter: on a machine where speculation does not pay, auto falls back to it.
+
+Lossless whatever it picks: each round's γ depends only on past rounds, and every round emits
+tokens of exactly the target's distribution (greedy: exactly `ar`'s tokens).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
+PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
+PRIOR_WEIGHT = 8            # ... worth this many drafted tokens
+EXPLORE_TOKENS = 24         # a level is switched off (γ = 0) only after verifying this many drafts
+PROBE_POINTS = (1, 2, 4, 8, 16)  # pass lengths timed at start-up (up to each level's γ cap + 1)
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Tokens one verification round commits when each draft is accepted with probability alpha."""
+    if alpha >= 1:
+        return gamma + 1
+    return (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Seconds of a T-token pass, measured at a few T and linear between (and beyond) them."""
+    points: tuple[tuple[int, float], ...]   # (T, seconds), T ascending
+
+    def __call__(self, T: int) -> float:
+        pts = self.points
+        if len(pts) == 1:
+            return pts[0][1]
+        for (t0, s0), (t1, s1) in zip(pts, pts[1:]):
+            if T <= t1 or (t1, s1) == pts[-1]:
+                return max(s0 + (s1 - s0) * (T - t0) / (t1 - t0), 0.0)
+        raise AssertionError("unreachable")
+
+
+def seconds_per_token(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...]) -> float:
+    """Expected seconds per committed token of the stack (bottom first): a top-level round drafts
+    γ tokens through the levels below (draft_seconds) and verifies them in one pass of γ + 1."""
+    top, g = len(costs) - 1, gammas[-1]
+    if g == 0:
+        return costs[top](1)
+    return (draft_seconds(costs, alphas, gammas, top - 1, g) + costs[top](g + 1)) / expected_tokens(alphas[-1], g)
+
+
+def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...], level: int, n: int) -> float:
+    """Expected seconds for levels [0, level] to produce n tokens as speculate.draft does: rounds of
+    k = min(γ, tokens left - 1) proposals, each emitting 1..k+1 tokens (a accepted drafts with
+    probability α^a (1 - α), all k with α^k, plus the recovered or bonus token)."""
+    if level == 0:
+        return n * costs[0](1)
+    gamma, alpha = gammas[level - 1], alphas[level - 1]
+    expected = [0.0] * (n + 1)          # expected[m]: seconds to produce the last m tokens
+    for m in range(1, n + 1):
+        k = min(gamma, m - 1)
+        round_s = (draft_seconds(costs, alphas, gammas, level - 1, k) if k else 0.0) + costs[level](k + 1)
+        emitted = [alpha ** a * (1 - alpha) for a in range(k)] + [alpha ** k]   # P(a accepted), a = 0..k
+        expected[m] = round_s + sum(p * expected[m - a - 1] for a, p in enumerate(emitted))
+    return expected[n]
+
+
+def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
+    """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token."""
+    return min(((g, seconds_per_token(costs, alphas, g)) for g in itertools.product(*allowed)), key=lambda c: c[1])
+
+
+def probe_pass_costs(stack, caps: tuple[int, ...], repeats: int = 2) -> list[PassCost]:
+    """Times T-token passes of every level on its real, filled cache (rolled back after each), for
+    T in PROBE_POINTS up to the level's largest pass (γ cap + 1; 1 for the bottom level)."""
+    costs = []
+    saved = [lv.cache.last_query.clone() if hasattr(lv.cache, "last_query") else None for lv in stack]
+    for i, level in enumerate(stack):
+        largest = 1 if i == 0 else caps[i - 1] + 1
+        lengths = sorted({t for t in PROBE_POINTS if t <= largest} | {largest})
+        points = []
+        for T in lengths:
+            x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
+            n = level.cache.get_seq_length()
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                level.model(x, level.cache)                   # [1, T, V]
+                best = min(best, time.perf_counter() - start)  # logits stay on the device: no host sync needed on CPU
+                level.cache.crop(n)
+            points.append((T, best))
+        costs.append(PassCost(tuple(points)))
+    for level, last_query in zip(stack, saved):  # the retrieval rebuild scores chunks with it
+        if last_query is not None:
+            level.cache.last_query.copy_(last_query)
+    return costs
+
+
+@dataclass
+class GammaTuner:
+    """The decoder's on_round hook under --gamma auto: after every round, re-picks the γs from the
+    probed pass costs and each verifier's acceptance so far (smoothed by a prior)."""
+    stack: list                               # the levels, bottom first
+    costs: list[PassCost]
+    caps: tuple[int, ...]                     # largest γ per verifier
+    probe_s: float = 0.0                      # seconds the start-up probe took
+    gammas: tuple[int, ...] = ()
+    predicted: float = 0.0                    # seconds per token of the current choice
+    chosen: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def start(cls, stack, caps: tuple[int, ...]) -> "GammaTuner":
+        start = time.perf_counter()
+        costs = probe_pass_costs(stack, caps)
+        tuner = cls(stack, costs, caps, probe_s=time.perf_counter() - start)
+        tuner.pick()
+        return tuner
+
+    def alphas(self) -> list[float]:
+        return [(lv.stats.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (lv.stats.drafted + PRIOR_WEIGHT)
+                for lv in self.stack[1:]]
+
+    def pick(self) -> tuple[int, ...]:
+        allowed = [range(0 if lv.stats.drafted >= EXPLORE_TOKENS or cap == 0 else 1, cap + 1)
+                   for lv, cap in zip(self.stack[1:], self.caps)]
+        self.gammas, self.predicted = choose(self.costs, self.alphas(), allowed)
+        return self.gammas
+
+    def __call__(self, decoder) -> None:
+        self.chosen[self.gammas] += 1
+        decoder.gammas = list(self.pick())
+
+    def stats(self) -> dict:
+        names = [lv.name for lv in self.stack]
+        ar = self.costs[-1](1)
+        reason = (f"gammas {list(self.gammas)}: predicted {1000 * self.predicted:.1f} ms/token against "
+                  f"{1000 * ar:.1f} for the target alone, from acceptance "
+                  + ", ".join(f"{n} {a:.2f}" for n, a in zip(names[1:], self.alphas()))
+                  + " and pass costs measured at start-up")
+        return {"gamma": dict(
+            policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3),
+            target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4),
+            pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
+            rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
+            reason=reason)}
+
+
+def auto_caps(levels: int, max_new_tokens: int) -> tuple[int, ...]:
+    """The largest γ per verifier of a stack of `levels`: GAMMA_CAPS, and no verify pass longer than
+    the tokens left to generate (the full cache holds the prompt + max_new_tokens)."""
+    caps = GAMMA_CAPS[-(levels - 1):]
+    return tuple(min(cap, max(0, max_new_tokens - 1)) for cap in caps)
+
+
+def chain(*hooks):
+    """One on_round hook calling each of `hooks` (None skipped) in order."""
+    hooks = [h for h in hooks if h is not None]
+    if len(hooks) <= 1:
+        return hooks[0] if hooks else None
+
+    def on_round(decoder) -> None:
+        for hook in hooks:
+            hook(decoder)
+    return on_round

@@ -1,0 +1,63 @@
+"""--gamma auto: the choice is the cost model's optimum (pure functions), and on the real model
+every mode it tunes still emits exactly `ar`'s greedy tokens while its choice lands in stats."""
+import pytest
+
+from runtime.gamma import PassCost, auto_caps, choose, expected_tokens, seconds_per_token
+
+FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
+
+
+def test_pass_cost_is_linear_between_and_beyond_its_points():
+    cost = PassCost(((1, 1.0), (2, 2.0), (4, 2.5)))
+    assert cost(1) == 1.0 and cost(3) == 2.25 and cost(8) == 3.5 and PassCost(((1, 0.5),))(9) == 0.5
+
+
+def test_seconds_per_token_follows_the_draft_schedule():
+    drafter, middle, target = PassCost(((1, 0.001),)), PassCost(((1, 0.004), (8, 0.006))), FLAT
+    a1, a2 = 0.5, 0.9
+    # gamma2 = 1: the middle level proposes one token alone (k = min(gamma1, 0) = 0), the drafter idles
+    assert seconds_per_token([drafter, middle, target], [a1, a2], (3, 1)) == \
+        pytest.approx((middle(1) + target(2)) / expected_tokens(a2, 1))
+    # gamma2 = 2, gamma1 = 1: one middle round proposes 1 drafter token and verifies it in a 2-token
+    # pass; with probability a1 both tokens come out of it, else one more round (k = 0) follows
+    two = drafter(1) + middle(2) + (1 - a1) * middle(1)
+    assert seconds_per_token([drafter, middle, target], [a1, a2], (1, 2)) == \
+        pytest.approx((two + target(3)) / expected_tokens(a2, 2))
+    assert seconds_per_token([drafter, middle, target], [a1, a2], (0, 0)) == target(1)  # gamma2 0 = ar
+    # with every draft accepted (alpha 1), gamma1 >= gamma2 - 1 costs one drafter run and one middle pass
+    assert seconds_per_token([drafter, middle, target], [1.0, 1.0], (5, 6)) == \
+        pytest.approx((5 * drafter(1) + middle(6) + target(7)) / 7)
+
+
+def test_choose_speculates_deeply_when_verification_is_free_and_not_at_all_when_it_is_dear():
+    cheap = PassCost(((1, 0.001),))
+    gammas, _ = choose([cheap, FLAT], [0.95], [range(0, 13)])
+    assert gammas == (12,)
+    dear = PassCost(((1, 0.010), (13, 0.130)))        # a CPU-like verifier: cost grows with T
+    gammas, best = choose([PassCost(((1, 0.009),)), dear], [0.3], [range(0, 13)])
+    assert gammas == (0,) and best == dear(1)
+
+
+def test_auto_caps_never_exceed_the_tokens_left():
+    assert auto_caps(3, 256) == (4, 12) and auto_caps(2, 256) == (12,) and auto_caps(3, 5) == (4, 4)
+    assert auto_caps(2, 1) == (0,)
+
+
+@pytest.mark.slow
+def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
+    from runtime.assets import kjv_books
+    from runtime.config import RunConfig
+    from runtime.engine import Engine
+    engine = Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter)))
+    ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:301]
+    base = dict(model=str(default_model_dir), draft_model=str(cut_drafter), max_new_tokens=24, retrieval_budget=96,
+                draft_sinks=4, draft_window=60)
+    expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
+    for mode in ("spec", "retrieval", "triforce"):
+        result = engine.generate(ids, RunConfig(mode=mode, gamma="auto", **base))
+        assert result.token_ids == expected, mode
+        g = result.stats["gamma"]
+        assert g["policy"] == "auto" and len(g["gammas"]) == (2 if mode == "triforce" else 1), mode
+        assert sum(g["rounds_per_choice"].values()) >= 1 and "predicted" in g["reason"]
+        assert set(g["pass_ms"]) == set(result.stats["levels"]) and g["pass_ms"]["target"]["1"] > 0
+    assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", **base)).stats
