@@ -56,3 +56,26 @@ def test_essays_corpus_is_not_the_kjv():
     from runtime.assets import essays_text
     text = essays_text()
     assert len(text) > 500_000 and "LORD" not in text[:100_000]
+
+
+def test_peers_adds_llama_cpp_when_given_a_binary_and_a_gguf(tiny_pair, tmp_path):  # noqa: F811
+    target, drafter = tiny_pair
+    fake = tmp_path / "llama-bench"   # prints what llama-bench -o json prints, and its arguments
+    fake.write_text("#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n"
+                    "echo '[{\"n_prompt\": 0, \"n_gen\": 2, \"n_depth\": 64, \"avg_ts\": 50.0, "
+                    "\"samples_ts\": [40.0, 50.0, 62.5]}]'\n")
+    fake.chmod(0o755)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    out = tmp_path / "out"
+    assert main(["bench", "--suite", "peers", "--model", str(target), "--draft-model", str(drafter),
+                 "--context", "64", "--new-tokens", "2", "--repeats", "1", "--dtypes", "bf16", "--temperatures", "0",
+                 "--threads", "1", "--bandwidth-mb", "16", "--llama-bench", str(fake), "--gguf", str(gguf),
+                 "--out", str(out)]) == 0
+    rows = {r["system"]: r for r in json.loads((out / "peers.json").read_text())["rows"]}
+    llama = rows["llama.cpp"]
+    assert llama["ms_per_token"]["median"] == 20.0 and llama["ms_per_token"]["min"] == 16.0
+    assert llama["speedup_vs_ar"] == pytest.approx(rows["ours ar"]["ms_per_token"]["median"] / 20.0, rel=1e-2)
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("-d") + 1] == "64" and args[args.index("-t") + 1] == "1" and "-o" in args
+    assert "llama.cpp" in (out / "peers.md").read_text()

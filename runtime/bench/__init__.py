@@ -70,6 +70,9 @@ def add_bench_parser(sub) -> None:
                    help="passes suite: tokens per forward pass (T)")
     p.add_argument("--levels", nargs="+", choices=["target", "retrieval", "drafter"],
                    default=["target", "retrieval", "drafter"], help="passes suite: which levels to time")
+    p.add_argument("--llama-bench", help="peers: a llama-bench binary; with --gguf adds llama.cpp at the same depth "
+                   "(bf16 rows; skipped without both; docs/BENCHMARKS.md has the build recipe)")
+    p.add_argument("--gguf", help="peers: the same model converted to a bf16 GGUF for --llama-bench")
     p.add_argument("--bandwidth-mb", type=int, default=1024, help="peers: buffer for the read-bandwidth probe")
     a = p.add_argument_group("ablations suite: one parameter varied at a time around the flags above")
     a.add_argument("--sweeps", nargs="+", choices=list(suites.SWEEPS), default=list(suites.SWEEPS))

@@ -71,7 +71,7 @@ def speedup(ar_ms: float | None, ms: float) -> float | None:
 
 def peer_rows(engine: Engine, hf_target, hf_drafter, ids: list[int], run: RunConfig, repeats: int) -> list[dict]:
     """ar and triforce (ours), transformers' generate and assisted generation (same drafter),
-    same prompt and sampling."""
+    same prompt and sampling (llama.cpp, when given, is added per dtype by suite_peers)."""
     sampling = hf_sampling(run.temperature, run.top_p)
     rows = [dict(system="ours ar", **measure_ours(engine, ids, dataclasses.replace(run, mode="ar"), repeats)),
             dict(system="ours triforce", **measure_ours(engine, ids, dataclasses.replace(run, mode="triforce"), repeats)),
@@ -85,6 +85,40 @@ def peer_rows(engine: Engine, hf_target, hf_drafter, ids: list[int], run: RunCon
         row.update(dtype=run.dtype, temperature=run.temperature, speedup_vs_ar=speedup(ar_ms, ms),
                    speedup_vs_transformers=speedup(hf_ms, ms))
     return rows
+
+
+def llama_cpp_row(args: argparse.Namespace, context: int) -> dict | None:
+    """llama.cpp's generation speed at a depth of `context` tokens (`llama-bench -d`), when
+    --llama-bench and --gguf are given (docs/BENCHMARKS.md says how to build and convert); else None."""
+    if not (args.llama_bench and args.gguf):
+        return None
+    import json
+    import subprocess
+    for flag, path in (("--llama-bench", args.llama_bench), ("--gguf", args.gguf)):
+        if not Path(path).expanduser().is_file():
+            raise UserError(f"{flag} {path!r} is not a file; build llama-bench / convert the model as "
+                            "docs/BENCHMARKS.md says, or drop the flag")
+    threads = args.threads or torch_threads()
+    cmd = [str(Path(args.llama_bench).expanduser()), "-m", str(Path(args.gguf).expanduser()), "-t", str(threads),
+           "-p", "0", "-n", str(args.new_tokens), "-d", str(context), "-r", str(args.repeats), "-o", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise UserError(f"llama-bench failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}; "
+                        f"command: {' '.join(cmd)}")
+    runs = [r for r in json.loads(done.stdout) if r.get("n_gen")]
+    tokens_per_s = runs[0]["avg_ts"]
+    samples = runs[0].get("samples_ts") or [tokens_per_s]
+    ms = [1000 / t for t in samples]
+    return dict(system="llama.cpp", mode="ar", context=context, new_tokens=args.new_tokens, repeats=len(ms),
+                ms_per_token=dict(median=round(1000 / tokens_per_s, 3), min=round(min(ms), 3), max=round(max(ms), 3),
+                                  all=[round(m, 3) for m in ms]),
+                prefill_s=None, warmup_prefill_s=None, tokens_per_target_pass=None, acceptance={}, levels={},
+                threads=threads, gguf=str(args.gguf), command=" ".join(cmd))
+
+
+def torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
 
 
 def suite_peers(args: argparse.Namespace) -> dict:
@@ -102,6 +136,13 @@ def suite_peers(args: argparse.Namespace) -> dict:
             rows += peer_rows(engine, hf_target, hf_drafter, ids, dataclasses.replace(run, temperature=temperature),
                               args.repeats)
             print(table_peers(dict(rows=rows[-4:])), flush=True)
+        llama = llama_cpp_row(args, len(ids)) if dtype == "bf16" else None  # the GGUF is bf16
+        if llama:
+            ar_ms = next(r["ms_per_token"]["median"] for r in rows if r["system"] == "ours ar" and r["dtype"] == dtype)
+            llama.update(dtype=dtype, temperature=0.0, speedup_vs_ar=speedup(ar_ms, llama["ms_per_token"]["median"]),
+                         speedup_vs_transformers=None)
+            rows.append(llama)
+            print(table_peers(dict(rows=[llama])).splitlines()[-1], flush=True)
         floors[dtype] = round(1000 * decode_bytes_per_token(engine.model, len(ids)) / (bandwidth * 1e9), 2)
         del engine, hf_target, hf_drafter
     return dict(suite="peers", context=args.context, new_tokens=args.new_tokens, repeats=args.repeats,
