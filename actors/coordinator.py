@@ -24,9 +24,10 @@ from actors.group import (REMOTE_CACHES, GroupSpec, RemoteFullCache, RemoteModel
 from actors.placement import Placement
 from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_device, resolve_model_dir
+from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
 from runtime.errors import UserError
 from runtime.model import TORCH_DTYPES
+from runtime.probes import resolve_device
 from runtime.speculate import Level, SpecDecoder
 
 

@@ -30,9 +30,9 @@ from runtime.cache_full import FullCache
 from runtime.cache_retrieval import RetrievalCache
 from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, with_rope_scaling
-from runtime.engine import resolve_device
 from runtime.model import TORCH_DTYPES, load_model
 from runtime.parallel import apply_pp, apply_tp, check_tp, shard_config, stage_layers
+from runtime.probes import resolve_device
 from runtime.rope import Rope
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runtime.config import DTYPES, MODES, RunConfig, load_run_config
 from runtime.errors import UserError
+from runtime.flags import RUN_FLAGS
 
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -56,12 +57,6 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-weights", action="store_true", default=None,
                    help="keep decoder-layer weights in the host tier, streamed one layer ahead of compute")
     p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
-
-
-RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
-             "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "retrieval_budget", "chunk_size",
-             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "on_chip_layers",
-             "offload_weights", "offload")  # the RunConfig keys add_run_args fills
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -136,7 +131,7 @@ def summary_line(result) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from runtime.engine import open_engine
+    from runtime.backends import open_engine
     run = run_config_from_args(args)
     text = prompt_text(run)
     engine = open_engine(run)

@@ -15,19 +15,12 @@ from runtime.cache_full import FullCache
 from runtime.cache_retrieval import RetrievalCache
 from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from runtime.drafter import default_drafter_dir
 from runtime.errors import UserError
-from runtime.generate import decode, timed
+from runtime.decode import decode, timed
 from runtime.model import Transformer, load_model
+from runtime.probes import resolve_device
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu (or auto)")
-    return device
 
 
 def resolve_model_dir(model: str | None) -> Path:
@@ -72,7 +65,9 @@ class Engine:
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
-        if run.offload_weights or run.offload == "auto" and weights_need_offload(self.cfg, run, self.device):
+        self.weights_streamed = bool(run.offload_weights or run.offload == "auto"
+                                     and weights_need_offload(self.cfg, run, self.device))
+        if self.weights_streamed:
             self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
             from offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
@@ -81,6 +76,7 @@ class Engine:
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
+    weights_streamed = False  # decoder-layer weights in the host tier (set when the model is loaded)
 
     def tiers(self):
         """The host tier and the copier, created on first use (only offloading needs them)."""
@@ -92,9 +88,9 @@ class Engine:
     def full_cache(self, run: RunConfig, rope, capacity: int) -> FullCache:
         """The target's full cache: resident, or with layers beyond on_chip_layers in the host tier."""
         on_chip = run.on_chip_layers
-        if on_chip is None and run.offload == "auto":
+        if on_chip is None and run.offload == "auto":  # the request's plan, for the weights as loaded
             from offload.plan import plan_for_run
-            on_chip = plan_for_run(self.cfg, run, capacity, self.device).on_chip_layers
+            on_chip = plan_for_run(self.cfg, run, capacity, self.device, self.weights_streamed).on_chip_layers
         if on_chip is None or on_chip >= self.cfg.num_layers:
             return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
         from offload.kv import OffloadedFullCache
@@ -108,7 +104,6 @@ class Engine:
             raise UserError(f"mode {run.mode!r} needs a drafter for {str(self.model_dir)!r}: pass --draft-model DIR "
                             "(a small checkpoint with the same tokenizer; `triforce distill` makes one)")
         if run.draft_model is None:
-            from runtime.distill import default_drafter_dir
             draft_dir = default_drafter_dir()
         else:
             draft_dir = Path(run.draft_model).expanduser().resolve()
@@ -261,6 +256,8 @@ _ARENA_IDS = itertools.count()
 
 
 def weights_need_offload(cfg: ModelConfig, run: RunConfig, device: torch.device) -> bool:
+    """Decided once, when the model is loaded (before any prompt): for a context of
+    max_new_tokens. Each request then plans its KV placement for its own context."""
     from offload.plan import plan_for_run
     return plan_for_run(cfg, run, run.max_new_tokens, device).offload_weights
 
@@ -280,15 +277,6 @@ def offload_stats(stack: list[Level], new_tokens: int) -> dict:
 
 def full_layers(cache: FullCache) -> int:
     return cache.last_query.shape[0]
-
-
-def open_engine(run: RunConfig, keep_prefill: bool = False):
-    """The one place the backend is chosen: an in-process Engine, or a client of a coordinator
-    actor on Ray (actors/client.py) with the same encode / check_length / generate."""
-    if run.backend == "ray":
-        from actors.client import RayClient
-        return RayClient(run)
-    return Engine(run, keep_prefill=keep_prefill)
 
 
 def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from runtime.bench import repro
-from runtime.bench.registry import PLANNED, SUITES
+from runtime.bench.registry import SUITES, get_suite
 from runtime.cli import main
 from runtime.errors import UserError
 
@@ -71,10 +71,20 @@ def test_smoke_suite_writes_every_file(tiny_pair, tmp_path, capsys):
     assert "| peers" not in capsys.readouterr().err
 
 
-def test_planned_suites_say_where_they_come_from(capsys):
-    assert set(PLANNED) == {"ray"} and not set(PLANNED) & set(SUITES) and "offload" in SUITES
-    assert main(["bench", "--suite", "ray"]) == 2
-    assert "not available yet" in capsys.readouterr().err
+def test_every_suite_is_registered_and_unknown_ones_are_refused(capsys):
+    assert {"peers", "modes", "ablations", "smoke", "repro", "offload", "ray", "batch"} <= set(SUITES)
+    with pytest.raises(UserError, match="unknown bench suite 'nope'; available: .*batch.*ray"):
+        get_suite("nope")
+
+
+@pytest.mark.slow
+def test_batch_suite_matches_one_at_a_time(tmp_path, capsys):
+    assert main(["bench", "--suite", "batch", "--contexts", "96", "--new-tokens", "3", "--batch-sizes", "1", "2",
+                 "--modes", "ar", "triforce", "--budget", "32", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "batch.json").read_text())["rows"]
+    assert [(r["mode"], r["batch"]) for r in rows] == [("ar", 1), ("ar", 2), ("triforce", 1), ("triforce", 2)]
+    assert all(r["same_as_one_at_a_time"] and r["tokens"] == 3 * r["batch"] for r in rows)
+    assert "| triforce | 2 |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", ["a100", "2x4090", "1x4090"])

@@ -170,7 +170,7 @@ def test_default_drafter_dir_assembles_once(trained, target, tokens, tmp_path, m
     """The repo-folder path: compact drafter + the target's embeddings -> a cached full checkpoint
     with the exported weights' logits; a second call reuses it; a new repo drafter replaces it."""
     import runtime.assets
-    import runtime.distill as distill_module
+    import runtime.drafter as distill_module
     out, _ = trained
     compact = tmp_path / "drafters" / distill_module.DEFAULT_BASE
     export_compact(out, compact, target, tokens, **QUIET)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from runtime.config import RunConfig
-from runtime.engine import Engine, open_engine
+from runtime.backends import open_engine
+from runtime.engine import Engine
 from runtime.errors import UserError
 
 BASE = dict(max_new_tokens=12, retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2,
