@@ -97,6 +97,9 @@ def test_repro_settings_load(name):
     assert setting.paper["triforce_ms"] < setting.paper["baseline_ms"]
     assert setting.modes[0] == "ar" and setting.context <= 131072 - setting.new_tokens - 32
     assert setting.run["device"] == "cuda"
+    # as many GPUs in use as the paper's figure had: two cards are two shards on the Ray backend
+    assert setting.gpus == setting.run.get("tp", 1) * setting.run.get("pp", 1)
+    assert (setting.gpus > 1) == (setting.run.get("backend") == "ray")
     if setting.pending:  # offload keys not in this build's RunConfig yet: refused by name
         with pytest.raises(UserError, match="offload"):
             setting.run_config("T", "D")
