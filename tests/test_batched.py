@@ -9,6 +9,8 @@ from runtime.config import RunConfig
 from runtime.engine import Engine
 
 
+pytestmark = pytest.mark.slow   # the real model, several sequences, each also decoded alone
+
 SMALL = dict(max_new_tokens=10, retrieval_budget=64, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2,
              gamma2=4, retrieval_rebuild="every:6")
 

@@ -124,6 +124,7 @@ def engines(default_model_dir, cut_drafter):
     return Engine(RunConfig(**base)), Engine(RunConfig(offload_weights=True, **base))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ar", "spec", "retrieval", "streaming", "triforce"])
 def test_every_mode_offloaded_equals_resident_greedy(engines, mode):
     from runtime.assets import kjv_books
@@ -213,6 +214,7 @@ def test_a_full_host_tier_is_a_clear_error(monkeypatch):
     assert tier.bytes == 0
 
 
+@pytest.mark.slow
 def test_offloaded_generation_under_inference_mode(engines):
     """Callers may wrap generate in inference mode (the bench does): the copy threads must cope
     with arenas and slots created there."""

@@ -40,6 +40,7 @@ def suite_ray(args) -> dict:
         def remote_run(mode: str) -> RunConfig:
             return dataclasses.replace(base, mode=mode, backend="ray", tp=args.tp, pp=args.pp)
 
+        started = not ray.is_initialized()   # a cluster we start is ours to shut down
         connect(remote_run(args.modes[-1]))
         remote = open_engine(remote_run(args.modes[-1]))
         rows = []
@@ -52,7 +53,8 @@ def suite_ray(args) -> dict:
                 print(table_ray(dict(rows=rows[-1:])).splitlines()[-1], flush=True)
         finally:
             remote.close()
-            ray.shutdown()
+            if started:
+                ray.shutdown()
     finally:
         torch.set_num_threads(threads)
     return dict(suite="ray", tp=args.tp, pp=args.pp, new_tokens=args.new_tokens, repeats=args.repeats, rows=rows)
