@@ -15,10 +15,11 @@ from runtime.cache_full import FullCache
 from runtime.cache_retrieval import RetrievalCache
 from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from runtime.decode import decode, timed
 from runtime.drafter import default_drafter_dir
 from runtime.errors import UserError
-from runtime.decode import decode, timed
 from runtime.model import Transformer, load_model
+from runtime.modes import LevelSpec, make_cache, mode_levels
 from runtime.probes import resolve_device
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
 
@@ -140,35 +141,21 @@ class Engine:
                             f"sliding window {window}, which this runtime does not implement; shorten the prompt")
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
-        """The levels of run.mode, smallest proposer first, and the gammas between them."""
-        params, dev, dt = run.sampling, self.device, self.model.dtype
-        rope = self.model.rope(capacity)
-        target = Level("target", self.model, self.full_cache(run, rope, capacity), params, run.prefill_chunk)
+        """The levels of run.mode (runtime/modes.py), smallest proposer first, and the gammas between them."""
+        specs, gammas = mode_levels(run, capacity)
+        models = {"target": self.model, "drafter": self.drafter}
+        ropes = {}  # one RoPE table per (model, positions): the full and retrieval caches share one
 
-        def streaming(name, model, sinks, window):
-            scratch = run.gamma1 + run.gamma2 + 2   # the deepest speculation a round can stack up
-            cache = StreamingCache(model.cfg, model.rope(sinks + window + scratch), 1, sinks, window, dev, dt,
-                                   scratch=scratch)
-            return Level(name, model, cache, params, max(1, window // 2))
+        def level(spec: LevelSpec) -> Level:
+            model, key = models[spec.model], (spec.model, spec.cache.positions)
+            if key not in ropes:
+                ropes[key] = model.rope(spec.cache.positions)
+            rope = ropes[key]
+            cache = self.full_cache(run, rope, capacity) if spec.cache.kind == "full" else \
+                make_cache(spec.cache, model.cfg, rope, self.device, self.model.dtype)
+            return Level(spec.name, model, cache, run.sampling, spec.max_pass)
 
-        def drafter():
-            return streaming("drafter", self.drafter, run.draft_sinks, run.draft_window)
-
-        def retrieval():
-            cache = RetrievalCache(self.cfg, rope, 1, run.retrieval_budget, run.chunk_size,
-                                   run.max_new_tokens + run.gamma2 + 2, dev, dt, recent=run.recent_tokens)
-            return Level("retrieval", self.model, cache, params, run.prefill_chunk)
-
-        if run.mode == "ar":
-            return [target], []
-        if run.mode == "spec":
-            return [drafter(), target], [run.gamma2]
-        if run.mode == "retrieval":
-            return [retrieval(), target], [run.gamma2]
-        if run.mode == "streaming":
-            sinks = min(run.draft_sinks, run.retrieval_budget // 2)
-            return [streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target], [run.gamma2]
-        return [drafter(), retrieval(), target], [run.gamma1, run.gamma2]
+        return [level(spec) for spec in specs], gammas
 
     def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
