@@ -1,6 +1,6 @@
 """The driver's side of `--backend ray`: joins (or starts) a Ray cluster, starts the coordinator
 actor, and offers the Engine's interface (encode / check_length / generate) so that the CLI and
-anything else calling runtime.engine.open_engine need not know where the model runs.
+anything else calling runtime.backends.open_engine need not know where the model runs.
 
 Ray workers must import this project. In a `ray job submit --working-dir .` job, Ray ships the
 directory and puts it on the workers' path; otherwise (a local cluster, `ray start` by hand with

@@ -19,14 +19,14 @@ from typing import Callable
 
 import torch
 
-from actors.group import (REMOTE_CACHES, GroupSpec, RemoteFullCache, RemoteModel, RemoteRetrievalCache,
-                          RemoteStreamingCache, ShardFailure, ShardGroup)
+from actors.group import REMOTE_CACHES, REMOTE_KINDS, GroupSpec, RemoteModel, ShardFailure, ShardGroup
 from actors.placement import Placement
-from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_device, resolve_model_dir
+from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
 from runtime.errors import UserError
 from runtime.model import TORCH_DTYPES
+from runtime.modes import LevelSpec, make_cache, mode_levels
+from runtime.probes import resolve_device
 from runtime.speculate import Level, SpecDecoder
 
 
@@ -76,37 +76,23 @@ class RayEngine(Engine):
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
-        """Engine.build_stack's table, with the target-weight caches in the shards. Each remote
-        cache is described to the shards by a small spec (sent in the next call)."""
-        params, group, spec = run.sampling, self.group, {}
-        target = Level("target", self.model, RemoteFullCache(group, "target"), params, run.prefill_chunk)
-        spec["target"] = dict(kind="full", capacity=capacity, on_chip=run.on_chip_layers)  # KV offload: shard side
+        """The mode's levels (runtime/modes.py) with the target-weight caches in the shards: each
+        remote cache is described to them by its spec (sent in the next call); the drafter's cache
+        is local to the coordinator, which runs the drafter."""
+        specs, gammas = mode_levels(run, capacity)
+        remote = {}   # name -> CacheSpec as a dict, for the shards
 
-        def drafter():   # local to the coordinator, as in Engine.build_stack
-            scratch, d = run.gamma1 + run.gamma2 + 2, self.drafter
-            cache = StreamingCache(d.cfg, d.rope(run.draft_sinks + run.draft_window + scratch), 1, run.draft_sinks,
-                                   run.draft_window, self.device, d.dtype, scratch=scratch)
-            return Level("drafter", d, cache, params, max(1, run.draft_window // 2))
+        def level(spec: LevelSpec) -> Level:
+            if spec.model == "drafter":
+                d = self.drafter
+                cache = make_cache(spec.cache, d.cfg, d.rope(spec.cache.positions), self.device, d.dtype)
+                return Level(spec.name, d, cache, run.sampling, spec.max_pass)
+            remote[spec.name] = spec.cache.to_dict()
+            cache = REMOTE_KINDS[spec.cache.kind](self.group, spec.name)
+            return Level(spec.name, self.model, cache, run.sampling, spec.max_pass)
 
-        if run.mode == "ar":
-            stack, gammas = [target], []
-        elif run.mode == "spec":
-            stack, gammas = [drafter(), target], [run.gamma2]
-        elif run.mode == "streaming":
-            sinks = min(run.draft_sinks, run.retrieval_budget // 2)
-            spec["streaming"] = dict(kind="streaming", sinks=sinks, window=run.retrieval_budget - sinks,
-                                     scratch=run.gamma1 + run.gamma2 + 2)
-            streaming = Level("streaming", self.model, RemoteStreamingCache(group, "streaming"), params,
-                              max(1, (run.retrieval_budget - sinks) // 2))
-            stack, gammas = [streaming, target], [run.gamma2]
-        else:
-            spec["retrieval"] = dict(kind="retrieval", capacity=capacity, budget=run.retrieval_budget, chunk=run.chunk_size,
-                                     generated=run.max_new_tokens + run.gamma2 + 2, recent=run.recent_tokens)
-            retrieval = Level("retrieval", self.model, RemoteRetrievalCache(group, "retrieval"), params,
-                              run.prefill_chunk)
-            stack = [retrieval, target] if run.mode == "retrieval" else [drafter(), retrieval, target]
-            gammas = [run.gamma2] if run.mode == "retrieval" else [run.gamma1, run.gamma2]
-        group.record(["new", spec])
+        stack = [level(spec) for spec in specs]
+        self.group.record(["new", remote])
         return stack, gammas
 
     def prefill(self, stack, prompt, on_prefill) -> None:

@@ -240,3 +240,5 @@ class RemoteStreamingCache(_Remote, StreamingCache):
 
 
 REMOTE_CACHES = (RemoteFullCache, RemoteRetrievalCache, RemoteStreamingCache)
+# the proxy for each runtime.modes.CacheSpec kind
+REMOTE_KINDS = {"full": RemoteFullCache, "retrieval": RemoteRetrievalCache, "streaming": RemoteStreamingCache}

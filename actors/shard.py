@@ -26,13 +26,11 @@ from pathlib import Path
 import msgpack
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache
-from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, with_rope_scaling
-from runtime.engine import resolve_device
 from runtime.model import TORCH_DTYPES, load_model
+from runtime.modes import CacheSpec, make_cache
 from runtime.parallel import apply_pp, apply_tp, check_tp, shard_config, stage_layers
+from runtime.probes import resolve_device
 from runtime.rope import Rope
 
 
@@ -66,30 +64,22 @@ class ShardState:
         return Rope(self.full_cfg, positions, self.device, self.dtype)
 
     def new_request(self, spec: dict) -> None:
-        """Allocates the request's caches; `spec` maps a cache name to its kind and sizes."""
+        """Allocates the request's caches; `spec` maps a cache name to its CacheSpec (as a dict)."""
         for cache in self.caches.values():
             if hasattr(cache, "close"):   # the previous request's offloaded cache returns its arenas
                 cache.close()
         self.caches = {}
-        cfg, dev, dt = self.cfg, self.device, self.dtype
-        ropes: dict[int, Rope] = {}
-        for name, s in spec.items():
-            if s["kind"] == "streaming":
-                n = s["sinks"] + s["window"] + s["scratch"]
-                self.caches[name] = StreamingCache(cfg, self.rope(n), 1, s["sinks"], s["window"], dev, dt,
-                                                   scratch=s["scratch"])
-                continue
-            rope = ropes.setdefault(s["capacity"], self.rope(s["capacity"]))   # full and retrieval share one
-            on_chip = self.local_on_chip(s.get("on_chip"))
-            if s["kind"] == "full" and on_chip is not None:
-                self.caches[name] = self.offloaded_cache(rope, s["capacity"], on_chip)
-            elif s["kind"] == "full":
-                self.caches[name] = FullCache(cfg, rope, 1, s["capacity"], dev, dt)
-            elif s["kind"] == "retrieval":
-                self.caches[name] = RetrievalCache(cfg, rope, 1, s["budget"], s["chunk"], s["generated"], dev, dt,
-                                                   recent=s["recent"])
+        ropes: dict[int, Rope] = {}   # full and retrieval share one table
+        for name, fields in spec.items():
+            s = CacheSpec(**fields)
+            if s.positions not in ropes:
+                ropes[s.positions] = self.rope(s.positions)
+            rope = ropes[s.positions]
+            on_chip = self.local_on_chip(s.on_chip)
+            if s.kind == "full" and on_chip is not None:
+                self.caches[name] = self.offloaded_cache(rope, s.capacity, on_chip)
             else:
-                raise ValueError(f"unknown cache kind {s['kind']!r} for cache {name!r}")
+                self.caches[name] = make_cache(s, self.cfg, rope, self.device, self.dtype)
 
     def local_on_chip(self, on_chip: int | None) -> int | None:
         """The run's on_chip_layers (counted over the whole model) within this stage's layers;

@@ -23,9 +23,7 @@ previous run's `--json` stats (`--stats`) or flags; the defaults are the paper's
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,11 +31,11 @@ import torch
 
 from runtime.gamma import expected_tokens
 from runtime.config import ModelConfig, RunConfig, read_config_json, model_config_from_dict
+from runtime.drafter import default_drafter_dir
 from runtime.errors import UserError
+from runtime.probes import GB, PCIE_GBS_PER_LANE, cpu_read_bandwidth, h2d_bandwidth, host_memory, nvml_gpus
 
-GB = 1e9
 GIB = 2**30
-PCIE_GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}  # after line encoding
 LINK_EFFICIENCY = 0.8       # achievable share of the PCIe line rate when not measured (DMA from page-locked memory)
 DEVICE_RESERVE = 1.5 * GIB  # per GPU: CUDA context, allocator slack, activations of a prefill chunk
 LAYER_OVERHEAD_S = 50e-6    # kernel launches and syncs per layer pass on a GPU
@@ -126,8 +124,9 @@ def predict(cfg: ModelConfig, m: Machine, dtype_bytes: int, context: int, on_chi
 
 def plan(cfg: ModelConfig, m: Machine, dtype: str, context: int, gamma1: int = 2, alpha1: float = 0.35,
          alpha2: float = 0.9, draft: ModelConfig | None = None, budget: int | None = None,
-         generated: int = 256) -> Plan:
-    """Places weights and KV within m's memory and picks the budget and γ2 with the least predicted time."""
+         generated: int = 256, weights_offloaded: bool | None = None) -> Plan:
+    """Places weights and KV within m's memory and picks the budget and γ2 with the least predicted time.
+    weights_offloaded: where the weights already are (a loaded engine), instead of choosing it."""
     b = DTYPE_BYTES[dtype]
     ways = max(1, m.gpus)
     usable = ways * m.device_memory - (0 if m.cpu_only else ways * DEVICE_RESERVE)
@@ -143,6 +142,8 @@ def plan(cfg: ModelConfig, m: Machine, dtype: str, context: int, gamma1: int = 2
         retrieval = cfg.num_layers * kv_layer_bytes(cfg, b, min(candidate, context) + generated)
         fixed = outer + drafter + retrieval
         offload_weights = fixed + weights + cfg.num_layers * kv_layer > usable and fixed + weights + 2 * kv_layer > usable
+        if weights_offloaded is not None:
+            offload_weights = weights_offloaded
         resident_weights = 2 * layer_weight_bytes(cfg, b) if offload_weights else weights
         room = usable - fixed - resident_weights
         if room < 0:
@@ -185,89 +186,27 @@ def probe_machine(gpus: int | None = None) -> Machine:
     """GPUs through NVML (memory, PCIe generation and width, memory bus) and a measured host->device
     copy; CPU-only machines through psutil and measured memory bandwidths. Failures become notes."""
     notes: list[str] = []
-    found = _nvml_gpus(notes)
+    found = nvml_gpus(notes)
     if found and torch.cuda.is_available() and gpus != 0:  # gpus=0: the run is on the CPU
         n = min(len(found), gpus or len(found))
         g = found[0]
-        link = _measured_h2d_bandwidth()
+        link = h2d_bandwidth()
         if link is None:
             link = g["link_line_rate"] * LINK_EFFICIENCY
             notes.append(f"host->device bandwidth not measured; assumed {LINK_EFFICIENCY:.0%} of PCIe gen{g['pcie_gen']} "
                          f"x{g['pcie_width']}")
-        return Machine(n, g["memory"], g["bandwidth"], link, _host_memory(),
+        return Machine(n, g["memory"], g["bandwidth"], link, host_memory(),
                        f"{n} x {g['name']} ({g['memory'] / GIB:.0f} GiB, PCIe gen{g['pcie_gen']} x{g['pcie_width']})",
                        tuple(notes))
     if found:
         why = "the run is on the CPU" if gpus == 0 else "torch has no CUDA"
         notes.append(f"NVML sees GPUs but {why}: planning for the CPU")
     import psutil
-    usable, read = _host_memory(), _cpu_read_bandwidth()
+    usable, read = host_memory(), cpu_read_bandwidth()
     return Machine(0, usable, read, read / 2, usable,
                    f"CPU only ({psutil.cpu_count(logical=False)} cores, {usable / 0.8 / GIB:.1f} GiB available)",
                    tuple(notes + ["CPU-only: the host tier is the same RAM as the device tier, so offloading "
                                   "saves no memory; decode on CPUs is partly compute-bound (predictions are floors)"]))
-
-
-def _nvml_gpus(notes: list[str]) -> list[dict]:
-    try:
-        import pynvml  # nvidia-ml-py
-        pynvml.nvmlInit()
-    except Exception as e:  # no driver, no library: not an error, just nothing found
-        notes.append(f"NVML unavailable ({type(e).__name__}: {str(e) or 'no NVIDIA driver'})")
-        return []
-    gpus = []
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            gen, width = _nvml_or(notes, name, "PCIe generation", lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h), 4), \
-                _nvml_or(notes, name, "PCIe width", lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h), 16)
-            bus = _nvml_or(notes, name, "memory bus width", lambda: pynvml.nvmlDeviceGetMemoryBusWidth(h), None)
-            clock = _nvml_or(notes, name, "memory clock", lambda: pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM), None)
-            bandwidth = bus * clock * 1e6 * 2 / 8 if bus and clock else 900 * GB  # DDR: two transfers per clock
-            gpus.append(dict(name=name if isinstance(name, str) else name.decode(),
-                             memory=pynvml.nvmlDeviceGetMemoryInfo(h).total, pcie_gen=gen, pcie_width=width,
-                             link_line_rate=PCIE_GBS_PER_LANE.get(gen, 1.969) * width * GB, bandwidth=bandwidth))
-    except Exception as e:
-        notes.append(f"NVML query failed ({type(e).__name__}: {e})")
-    finally:
-        pynvml.nvmlShutdown()
-    return gpus
-
-
-def _nvml_or(notes, name, what, read, default):
-    try:
-        return read()
-    except Exception as e:
-        notes.append(f"{name}: NVML could not read the {what} ({type(e).__name__}); assumed {default}")
-        return default
-
-
-@functools.cache
-def _measured_h2d_bandwidth(megabytes: int = 256) -> float | None:
-    try:
-        src = torch.empty(megabytes * 2**20, dtype=torch.uint8).pin_memory()
-        dst = torch.empty_like(src, device="cuda")
-        dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize()  # host sync: timing
-        start = time.perf_counter()
-        for _ in range(3):
-            dst.copy_(src, non_blocking=True)
-        torch.cuda.synchronize()  # host sync: timing
-        return 3 * src.numel() / (time.perf_counter() - start)
-    except RuntimeError:
-        return None
-
-
-@functools.cache
-def _cpu_read_bandwidth() -> float:
-    from runtime.bench.measure import read_bandwidth_gbs
-    return read_bandwidth_gbs(megabytes=256, repeats=3) * GB
-
-
-def _host_memory() -> float:
-    import psutil
-    return psutil.virtual_memory().available * 0.8
 
 
 def machine_from_flags(args) -> Machine:
@@ -293,10 +232,13 @@ def machine_from_flags(args) -> Machine:
     return m
 
 
-def plan_for_run(cfg: ModelConfig, run: RunConfig, context: int, device: torch.device) -> Plan:
-    """The plan `offload: auto` applies for a run on this machine."""
-    m = probe_machine() if device.type == "cuda" else probe_machine(0)
-    return plan(cfg, m, run.dtype, max(context, 1), run.gamma1, budget=run.retrieval_budget)
+def plan_for_run(cfg: ModelConfig, run: RunConfig, context: int, device: torch.device,
+                 weights_offloaded: bool | None = None) -> Plan:
+    """The plan `offload: auto` applies for an in-process run on `device`: one GPU (the engine's),
+    or the CPU. weights_offloaded: the weights' placement when the model is already loaded."""
+    m = probe_machine(1) if device.type == "cuda" else probe_machine(0)
+    return plan(cfg, m, run.dtype, max(context, 1), run.gamma1, budget=run.retrieval_budget,
+                weights_offloaded=weights_offloaded)
 
 
 # ---- the command ----------------------------------------------------------------------------------
@@ -383,7 +325,6 @@ def cmd_plan(args) -> int:
 
 
 def _default_drafter() -> ModelConfig:
-    from runtime.distill import default_drafter_dir
     return ModelConfig.from_dir(default_drafter_dir())
 
 

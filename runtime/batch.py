@@ -28,7 +28,7 @@ from pathlib import Path
 
 import msgpack
 
-from runtime import cli
+from runtime.flags import RUN_FLAGS as SHARED_RUN_FLAGS
 from runtime.config import RunConfig, load_run_config
 from runtime.errors import UserError
 
@@ -579,7 +579,7 @@ def summary_table(summary: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------ CLI
-RUN_FLAGS = cli.RUN_FLAGS + ("batch_size",)
+RUN_FLAGS = SHARED_RUN_FLAGS + ("batch_size",)
 
 
 def add_batch_parser(sub) -> None:

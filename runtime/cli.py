@@ -9,6 +9,8 @@ from pathlib import Path
 
 from runtime.config import DTYPES, MODES, RunConfig, load_run_config
 from runtime.errors import UserError
+from runtime.flags import RUN_FLAGS
+from runtime.io_utils import ProgressLine
 
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -60,12 +62,6 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
 
 
-RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
-             "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "gamma", "retrieval_budget", "chunk_size",
-             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "on_chip_layers",
-             "offload_weights", "offload")  # the RunConfig keys add_run_args fills
-
-
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
     keys = RUN_FLAGS + ("prompt", "prompt_file", "question", "backend", "tp", "pp", "ray_address")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
@@ -112,11 +108,6 @@ class TextStream:
         self.out.flush()
 
 
-def progress(message: str) -> None:
-    end = "\r" if sys.stderr.isatty() else "\n"
-    print(f"[triforce] {message}", file=sys.stderr, end=end, flush=True)
-
-
 def summary_line(result) -> str:
     s = result.stats
     line = (f"mode={result.mode} prompt={result.prompt_tokens} tokens | prefill {s['prefill_s']:.2f} s "
@@ -138,17 +129,25 @@ def summary_line(result) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from runtime.engine import open_engine
+    from runtime.backends import open_engine
     run = run_config_from_args(args)
     text = prompt_text(run)
     engine = open_engine(run)
     prompt_ids = engine.encode(text, chat=run.chat)
     engine.check_length(len(prompt_ids), run.max_new_tokens)
-    progress(f"model {engine.model_dir} ({run.dtype}, {engine.device}); prompt {len(prompt_ids)} tokens; "
-             f"mode {run.mode}")
+    line = ProgressLine(every_s=0)   # redrawn on a terminal, one line each in a log
+    line.show(f"[triforce] model {engine.model_dir} ({run.dtype}, {engine.device}); prompt {len(prompt_ids)} "
+              f"tokens; mode {run.mode}")
     stream = None if args.quiet else TextStream(engine.tokenizer)
-    result = engine.generate(prompt_ids, run, on_tokens=stream,
-                             on_prefill=lambda n: progress(f"prefill {n}/{len(prompt_ids)} tokens"))
+
+    def on_tokens(ids: list[int]) -> None:
+        line.close()   # the text starts on its own line
+        if stream:
+            stream(ids)
+
+    result = engine.generate(prompt_ids, run, on_tokens=on_tokens,
+                             on_prefill=lambda n: line.show(f"[triforce] prefill {n}/{len(prompt_ids)} tokens"))
+    line.close()
     if stream:
         stream.close()
     print(f"[triforce] {summary_line(result)}", file=sys.stderr, flush=True)

@@ -26,9 +26,7 @@ import fcntl
 import hashlib
 import json
 import math
-import os
 import shlex
-import shutil
 import signal
 import sys
 import tempfile
@@ -42,24 +40,18 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from runtime.config import ModelConfig, read_config_json
+from runtime.drafter import (DEFAULT_BASE, DRAFTERS_DIR, SHARED_TENSORS, TOKENIZER_FILES, _tensor_digest,  # noqa: F401
+                             assemble_drafter, copy_tokenizer_files, default_drafter_dir, read_tensors)
 from runtime.errors import UserError
-from runtime.model import TORCH_DTYPES, Transformer, checkpoint_files, load_model
+from runtime.io_utils import ProgressLine, atomic_write, building, recover_dir, swap_in  # noqa: F401
+from runtime.model import TORCH_DTYPES, Transformer, load_model
+from runtime.probes import resolve_device
 from runtime.rope import Rope
 
-# Files copied from the target so a drafter directory is a complete Hugging Face checkpoint.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
-                   "special_tokens_map.json", "tokenizer_config.json", "chat_template.jinja",
-                   "generation_config.json")
-# Tensors the student takes from the target and never trains (lm_head only when untied).
-SHARED_TENSORS = ("model.embed_tokens.weight", "lm_head.weight")
-
 DEFAULT_LAYERS = 4
-DEFAULT_BASE = "smollm2-135m-instruct"                       # the embedded target (assets.MODEL_DIR_NAME)
-DRAFTERS_DIR = Path(__file__).resolve().parent.parent / "drafters"  # compact drafters stored in the repo
 
 
 @dataclass(frozen=True)
@@ -204,16 +196,7 @@ def corpus_tokens(target_dir: Path, corpus: str | None) -> torch.Tensor:
     tokenizer = load_tokenizer(target_dir)
     # verbose=False: the whole corpus is longer than model_max_length on purpose.
     ids = np.asarray(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"], dtype=np.int32)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tokens.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, ids)
-        os.chmod(tmp, 0o644)   # mkstemp makes it owner-only; this is a shared cache
-        os.replace(tmp, path)  # atomic: concurrent runs write the same bytes
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, lambda f: np.save(f, ids))  # concurrent runs write the same bytes
     return torch.from_numpy(ids.astype(np.int64))
 
 
@@ -352,12 +335,6 @@ def drafter_config(target_raw: dict, layers: int, dtype: str) -> dict:
     return raw
 
 
-def copy_tokenizer_files(source: Path, dest: Path) -> None:
-    for name in TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, dest / name)
-
-
 def model_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     """State dict for safetensors: tied lm_head dropped (it is embed_tokens; safetensors refuses
     shared storage and from_pretrained re-ties it)."""
@@ -365,56 +342,6 @@ def model_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     if model.cfg.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     return state
-
-
-def _fresh_dir(near: Path) -> Path:
-    tmp = Path(tempfile.mkdtemp(prefix=f".{near.name}.tmp-", dir=near.parent))
-    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; a checkpoint is an ordinary shared dir
-    return tmp
-
-
-def swap_in(tmp: Path, out: Path) -> None:
-    """Replace directory `out` by `tmp` as atomically as POSIX allows: rename over it via a side
-    name (a directory cannot be renamed onto a non-empty one). Files in `out` that `tmp` lacks (a
-    log, notes) move over. A crash between the renames leaves `.{out}.old-*`, which
-    recover_dir() puts back."""
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    for entry in out.iterdir():
-        if not (tmp / entry.name).exists():
-            os.replace(entry, tmp / entry.name)  # same filesystem: open files keep being written
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-@contextmanager
-def building(out: Path) -> Iterator[Path]:
-    """A fresh temp dir beside `out` to write into; on success its files are made world-readable
-    and it is swapped in for `out`, on any failure it is removed."""
-    tmp = _fresh_dir(out)
-    try:
-        yield tmp
-        for file in tmp.iterdir():
-            file.chmod(0o644)
-        swap_in(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def recover_dir(out: Path) -> None:
-    """Undo what a killed writer left: temp dirs, or `out` missing with its previous version aside."""
-    for stale in out.parent.glob(f".{out.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    olds = sorted(out.parent.glob(f".{out.name}.old-*"))
-    if olds and not out.exists():
-        os.replace(olds[-1], out)
-        olds = olds[:-1]
-    for old in olds:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 @contextmanager
@@ -517,7 +444,6 @@ def resolve_layers(cfg: DistillConfig, target_cfg: ModelConfig, out: Path) -> in
 
 def prepare(cfg: DistillConfig, tokens: torch.Tensor | None, log: Callable[[str], None]) -> Run:
     """Everything the loop needs: models, optimizer, data, and the saved state on resume."""
-    from runtime.engine import resolve_device
     target_dir, out = resolve_target(cfg.target), Path(cfg.out).expanduser()
     target_cfg = ModelConfig.from_dir(target_dir)
     check_out_dir(out, cfg.resume)
@@ -550,29 +476,6 @@ def prepare(cfg: DistillConfig, tokens: torch.Tensor | None, log: Callable[[str]
         f"token {corpus.held_out_start:,} ({corpus.held_out.shape[0]} windows of {cfg.seq_len})")
     target_top1 = argmax_tokens(teacher, corpus.held_out)
     return Run(cfg, target_dir, layers, teacher, student, optimizer, corpus, target_top1, gen, state)
-
-
-class ProgressLine:
-    """The status line on stderr: redrawn in place on a terminal; in a log file, a plain line at
-    most every `every_s` seconds and at every held-out measurement."""
-
-    def __init__(self, stream=None, every_s: float = 30.0):
-        self.stream = stream or sys.stderr
-        self.tty, self.every_s, self.last, self.width = self.stream.isatty(), every_s, -math.inf, 0
-
-    def show(self, text: str, force: bool = False) -> None:
-        if self.tty:
-            self.stream.write("\r" + text.ljust(self.width))
-            self.width = len(text)
-        elif force or time.monotonic() - self.last >= self.every_s:
-            self.stream.write(text + "\n")
-            self.last = time.monotonic()
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty and self.width:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _clock(seconds: float) -> str:
@@ -672,25 +575,6 @@ def distill(cfg: DistillConfig, tokens: torch.Tensor | None = None, command: str
 # ---------------------------------------------------------------- compact export and assembly
 
 
-def _tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
-    """sha256 over names and fp32 bytes: identifies the target's shared tensors across files."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        digest.update(name.encode() + b"\0")
-        digest.update(tensors[name].float().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def read_tensors(model_dir: Path, names: Callable[[str], bool]) -> dict[str, torch.Tensor]:
-    tensors = {}
-    for path in checkpoint_files(model_dir):
-        with safe_open(str(path), framework="pt") as f:
-            for name in f.keys():
-                if names(name):
-                    tensors[name] = f.get_tensor(name)
-    return tensors
-
-
 def export_compact(ckpt_dir: str | Path, out_dir: str | Path, target_dir: str | Path | None = None,
                    tokens: torch.Tensor | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Writes into out_dir only what the drafter does not share with its target: decoder layers +
@@ -751,64 +635,6 @@ def exported_metrics(compact_dir: Path, target_dir: Path, report: dict, tokens: 
         metrics = held_out_metrics(load_model(Path(assembled) / "d"), load_model(target_dir), windows)
     return metrics | {"measured_on": f"held-out windows {list(windows.shape)} of the training corpus' "
                                       f"last {cfg.held_out_fraction:.0%} of tokens, exported weights"}
-
-
-def assemble_drafter(compact_dir: Path, target_dir: Path, out_dir: Path, manifest: bool = True) -> None:
-    """A self-contained fp32 checkpoint in out_dir (new or empty): the compact drafter's
-    tensors + the shared ones read from the target + the target's tokenizer files."""
-    compact_dir, target_dir = Path(compact_dir), Path(target_dir)
-    own = read_tensors(compact_dir, lambda name: True)
-    info = json.loads((compact_dir / "drafter.json").read_text()) if manifest else None
-    shared_names = info["shares"] if info else [n for n in SHARED_TENSORS if n == "model.embed_tokens.weight"
-                                                 or not ModelConfig.from_dir(compact_dir).tie_word_embeddings]
-    shared = read_tensors(target_dir, lambda name: name in shared_names)
-    if sorted(shared) != sorted(shared_names):
-        raise UserError(f"target {str(target_dir)!r} lacks {sorted(set(shared_names) - set(shared))}, which the "
-                        f"drafter in {str(compact_dir)!r} shares; pass the target it was distilled from")
-    if info and _tensor_digest(shared) != info["shared_sha256"]:
-        # Not fatal: a re-converted target may differ in the last bits; agreement may then differ.
-        print(f"[distill] warning: {target_dir}'s {', '.join(shared_names)} differ from those the drafter in "
-              f"{compact_dir} was trained with; its recorded agreement may not hold", file=sys.stderr)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.float().contiguous() for k, v in (own | shared).items()}
-    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads((compact_dir / "config.json").read_text())
-    config["torch_dtype" if "torch_dtype" in config and "dtype" not in config else "dtype"] = "float32"
-    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    copy_tokenizer_files(target_dir, out_dir)
-    if info:
-        shutil.copyfile(compact_dir / "drafter.json", out_dir / "drafter.json")
-
-
-def _drafter_ready(path: Path, manifest: bytes) -> bool:
-    """Assembled from exactly this repo version (drafter.json carries the weights' hash)."""
-    return (path / "model.safetensors").is_file() and (path / "config.json").is_file() and \
-        (path / "drafter.json").is_file() and (path / "drafter.json").read_bytes() == manifest
-
-
-def default_drafter_dir() -> Path:
-    """The drafter for the embedded target, assembled on first use into
-    cache_dir()/models/smollm2-135m-instruct-drafter from drafters/smollm2-135m-instruct/ (its own
-    layers, bf16) + the target's embeddings; atomic, idempotent, re-assembled when the repo's
-    drafter changes."""
-    from runtime.assets import _locked, cache_dir, default_model_dir
-    compact = DRAFTERS_DIR / DEFAULT_BASE
-    if not (compact / "drafter.json").is_file():
-        raise UserError(f"the default drafter is missing from {compact}; reinstall from a full checkout, or "
-                        "distill one with `triforce distill` and pass --draft-model DIR")
-    manifest = (compact / "drafter.json").read_bytes()
-    target = cache_dir() / "models" / f"{DEFAULT_BASE}-drafter"
-    if _drafter_ready(target, manifest):
-        return target
-    base = default_model_dir()
-    with _locked(target.parent / f".{target.name}.lock"):
-        if _drafter_ready(target, manifest):  # another process finished while we waited
-            return target
-        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # we hold the lock: killed assemblers'
-            shutil.rmtree(stale, ignore_errors=True)
-        with building(target) as tmp:  # replaces a stale one (an older repo drafter) too
-            assemble_drafter(compact, base, tmp)
-    return target
 
 
 # ---------------------------------------------------------------- command line
@@ -897,8 +723,14 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m runtime.distill ARGS` == `triforce distill ARGS`."""
-    from runtime.cli import main as cli_main
-    return cli_main(["distill", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="triforce")
+    add_distill_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["distill", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except UserError as e:
+        print(f"triforce: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

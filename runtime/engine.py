@@ -16,20 +16,14 @@ from runtime.cache_full import FullCache
 from runtime.cache_retrieval import RetrievalCache
 from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from runtime.decode import decode, timed
+from runtime.drafter import default_drafter_dir
 from runtime.errors import UserError
 from runtime.gamma import GammaTuner, auto_caps, chain
-from runtime.generate import decode, timed
 from runtime.model import Transformer, load_model
+from runtime.modes import LevelSpec, make_cache, mode_levels
+from runtime.probes import resolve_device
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu (or auto)")
-    return device
 
 
 def resolve_model_dir(model: str | None) -> Path:
@@ -74,7 +68,9 @@ class Engine:
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
-        if run.offload_weights or run.offload == "auto" and weights_need_offload(self.cfg, run, self.device):
+        self.weights_streamed = bool(run.offload_weights or run.offload == "auto"
+                                     and weights_need_offload(self.cfg, run, self.device))
+        if self.weights_streamed:
             self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
             from offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
@@ -83,6 +79,7 @@ class Engine:
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
+    weights_streamed = False  # decoder-layer weights in the host tier (set when the model is loaded)
 
     def tiers(self):
         """The host tier and the copier, created on first use (only offloading needs them)."""
@@ -94,9 +91,9 @@ class Engine:
     def full_cache(self, run: RunConfig, rope, capacity: int) -> FullCache:
         """The target's full cache: resident, or with layers beyond on_chip_layers in the host tier."""
         on_chip = run.on_chip_layers
-        if on_chip is None and run.offload == "auto":
+        if on_chip is None and run.offload == "auto":  # the request's plan, for the weights as loaded
             from offload.plan import plan_for_run
-            on_chip = plan_for_run(self.cfg, run, capacity, self.device).on_chip_layers
+            on_chip = plan_for_run(self.cfg, run, capacity, self.device, self.weights_streamed).on_chip_layers
         if on_chip is None or on_chip >= self.cfg.num_layers:
             return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
         from offload.kv import OffloadedFullCache
@@ -110,7 +107,6 @@ class Engine:
             raise UserError(f"mode {run.mode!r} needs a drafter for {str(self.model_dir)!r}: pass --draft-model DIR "
                             "(a small checkpoint with the same tokenizer; `triforce distill` makes one)")
         if run.draft_model is None:
-            from runtime.distill import default_drafter_dir
             draft_dir = default_drafter_dir()
         else:
             draft_dir = Path(run.draft_model).expanduser().resolve()
@@ -147,35 +143,21 @@ class Engine:
                             f"sliding window {window}, which this runtime does not implement; shorten the prompt")
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
-        """The levels of run.mode, smallest proposer first, and the gammas between them."""
-        params, dev, dt = run.sampling, self.device, self.model.dtype
-        rope = self.model.rope(capacity)
-        target = Level("target", self.model, self.full_cache(run, rope, capacity), params, run.prefill_chunk)
+        """The levels of run.mode (runtime/modes.py), smallest proposer first, and the gammas between them."""
+        specs, gammas = mode_levels(run, capacity)
+        models = {"target": self.model, "drafter": self.drafter}
+        ropes = {}  # one RoPE table per (model, positions): the full and retrieval caches share one
 
-        def streaming(name, model, sinks, window):
-            scratch = run.gamma1 + run.gamma2 + 2   # the deepest speculation a round can stack up
-            cache = StreamingCache(model.cfg, model.rope(sinks + window + scratch), 1, sinks, window, dev, dt,
-                                   scratch=scratch)
-            return Level(name, model, cache, params, max(1, window // 2))
+        def level(spec: LevelSpec) -> Level:
+            model, key = models[spec.model], (spec.model, spec.cache.positions)
+            if key not in ropes:
+                ropes[key] = model.rope(spec.cache.positions)
+            rope = ropes[key]
+            cache = self.full_cache(run, rope, capacity) if spec.cache.kind == "full" else \
+                make_cache(spec.cache, model.cfg, rope, self.device, self.model.dtype)
+            return Level(spec.name, model, cache, run.sampling, spec.max_pass)
 
-        def drafter():
-            return streaming("drafter", self.drafter, run.draft_sinks, run.draft_window)
-
-        def retrieval():
-            cache = RetrievalCache(self.cfg, rope, 1, run.retrieval_budget, run.chunk_size,
-                                   run.max_new_tokens + run.gamma2 + 2, dev, dt, recent=run.recent_tokens)
-            return Level("retrieval", self.model, cache, params, run.prefill_chunk)
-
-        if run.mode == "ar":
-            return [target], []
-        if run.mode == "spec":
-            return [drafter(), target], [run.gamma2]
-        if run.mode == "retrieval":
-            return [retrieval(), target], [run.gamma2]
-        if run.mode == "streaming":
-            sinks = min(run.draft_sinks, run.retrieval_budget // 2)
-            return [streaming("streaming", self.model, sinks, run.retrieval_budget - sinks), target], [run.gamma2]
-        return [drafter(), retrieval(), target], [run.gamma1, run.gamma2]
+        return [level(spec) for spec in specs], gammas
 
     def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
@@ -230,7 +212,7 @@ class Engine:
         if run.mode in DRAFTER_MODES and self.drafter is None:
             self.drafter = self.load_drafter(run)
         if run.gamma == "auto":  # caches sized for the largest gammas the tuner may pick
-            caps = auto_caps(len(MODE_LEVELS[run.mode]), run.max_new_tokens)
+            caps = auto_caps(len(mode_levels(run, 1)[0]), run.max_new_tokens)
             run = dataclasses.replace(run, gamma1=max(caps[0], 1), gamma2=max(caps[-1], 1))
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         for level in stack:  # any level's passes may stream weights; the target's also KV
@@ -267,12 +249,12 @@ class Engine:
 
 
 DRAFTER_MODES = ("spec", "triforce")
-MODE_LEVELS = {"ar": ("target",), "spec": ("drafter", "target"), "retrieval": ("retrieval", "target"),
-               "streaming": ("streaming", "target"), "triforce": ("drafter", "retrieval", "target")}
 _ARENA_IDS = itertools.count()
 
 
 def weights_need_offload(cfg: ModelConfig, run: RunConfig, device: torch.device) -> bool:
+    """Decided once, when the model is loaded (before any prompt): for a context of
+    max_new_tokens. Each request then plans its KV placement for its own context."""
     from offload.plan import plan_for_run
     return plan_for_run(cfg, run, run.max_new_tokens, device).offload_weights
 
@@ -292,15 +274,6 @@ def offload_stats(stack: list[Level], new_tokens: int) -> dict:
 
 def full_layers(cache: FullCache) -> int:
     return cache.last_query.shape[0]
-
-
-def open_engine(run: RunConfig, keep_prefill: bool = False):
-    """The one place the backend is chosen: an in-process Engine, or a client of a coordinator
-    actor on Ray (actors/client.py) with the same encode / check_length / generate."""
-    if run.backend == "ray":
-        from actors.client import RayClient
-        return RayClient(run)
-    return Engine(run, keep_prefill=keep_prefill)
 
 
 def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,

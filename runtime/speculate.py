@@ -141,12 +141,16 @@ class SpecDecoder:
 
 
 def level_stats(stack: list[Level]) -> dict:
-    """Per-level figures for --json and stderr: acceptance, passes, time."""
+    """Per-level figures for --json and stderr: acceptance, passes, time; for a StreamingLLM
+    level also forced_evictions (passes whose speculative tokens overflowed the scratch region:
+    still lossless, but its proposals lost context, so non-zero means raise the scratch)."""
     out = {}
     for level in stack:
         s = asdict(level.stats)
         s["seconds"] = round(s["seconds"], 4)
         if level.stats.drafted:
             s["acceptance"] = round(level.stats.accepted / level.stats.drafted, 4)
+        if hasattr(level.cache, "forced_evictions"):
+            s["forced_evictions"] = level.cache.forced_evictions
         out[level.name] = s
     return {"levels": out}

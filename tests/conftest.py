@@ -5,6 +5,27 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_threads():
+    """Code under test sets torch's global thread count (distill --threads, bench --threads, a
+    replica, the Ray suite); each test's setting ends with the test, so tests that follow run
+    with what they would get alone."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module's tests (small tensors and model passes on a busy 2-core
+    machine: thread hand-offs cost more than the arithmetic); restored after the module."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -23,13 +23,8 @@ P = torch.tensor([0.25, 0.35, 0.25, 0.15])
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # [N, 4] tensors are too small to share between threads: on a busy 2-core machine the
-    # hand-offs cost about 3x the arithmetic. Restored for the modules that follow.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_thread(one_thread):
+    """[N, 4] tensors are too small to share between threads (conftest.one_thread)."""
 
 
 def one_hot(tokens: list, v: int) -> torch.Tensor:

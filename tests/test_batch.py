@@ -170,9 +170,7 @@ def test_a_dead_replica_puts_its_records_back(monkeypatch):
 
 # ------------------------------------------------------------------------- real model, replica
 @pytest.fixture(scope="module")
-def replica(default_model_dir):
-    import torch
-    torch.set_num_threads(1)
+def replica(default_model_dir, one_thread):
     return Replica({"model": str(default_model_dir), "max_new_tokens": 6})
 
 

@@ -9,14 +9,14 @@ from runtime.config import RunConfig
 from runtime.engine import Engine
 
 
+pytestmark = pytest.mark.slow   # the real model, several sequences, each also decoded alone
+
 SMALL = dict(max_new_tokens=10, retrieval_budget=64, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2,
              gamma2=4, retrieval_rebuild="every:6")
 
 
 @pytest.fixture(scope="module")
-def engine(default_model_dir, cut_drafter):  # noqa: F811
-    import torch
-    torch.set_num_threads(1)
+def engine(default_model_dir, cut_drafter, one_thread):
     return Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter)))
 
 
@@ -47,18 +47,19 @@ def test_batched_seeded_sampling_equals_one_at_a_time(engine, prompts):
     assert [r.token_ids for r in generate_batch(engine, prompts, runs).results] == alone
 
 
-def test_replica_batch_mixes_modes_and_keeps_bad_records_apart(default_model_dir, tmp_path):
-    import torch
-    torch.set_num_threads(1)
+def test_replica_batch_mixes_modes_and_keeps_bad_records_apart(default_model_dir, tmp_path, one_thread):
     replica = Replica({"model": str(default_model_dir), "max_new_tokens": 6, "batch_size": 3})
     (tmp_path / "long.txt").write_text("and it came to pass " * 2500)
     jobs = [{"line": 1, "id": "a", "prompt": "The LORD is my shepherd;", "params": {}},
             {"line": 2, "id": "b", "prompt_file": str(tmp_path / "long.txt"), "params": {}},
-            {"line": 3, "id": "c", "prompt": "In the beginning God created", "params": {"max_new_tokens": 4}}]
+            {"line": 3, "id": "c", "prompt": "In the beginning God created",
+             "params": {"max_new_tokens": 4, "mode": "retrieval"}}]
     a, b, c = unpack(replica.run(pack({"jobs": jobs})))["results"]
     assert b["status"] == "error" and "8192" in b["error"]
-    assert a["stats"]["batch"] == c["stats"]["batch"] == 2
+    assert a["stats"]["batch"] == c["stats"]["batch"] == 2            # one batch ...
+    assert list(a["stats"]["levels"]) == ["target"]                   # ... of two modes: ar
+    assert list(c["stats"]["levels"]) == ["retrieval", "target"]      # and retrieval
     for record, job in ((a, jobs[0]), (c, jobs[2])):
         alone = replica.engine.generate(replica.engine.encode(job["prompt"]),
-                                        RunConfig(max_new_tokens=job["params"].get("max_new_tokens", 6)))
+                                        RunConfig(**{"max_new_tokens": 6, **job["params"]}))
         assert record["token_ids"] == alone.token_ids

@@ -62,6 +62,18 @@ def test_streaming_rollback_keeps_every_committed_token():
     assert speculating.get_seq_length() == 30 and speculating.forced_evictions == 0
 
 
+def test_streaming_forced_evictions_are_counted_and_reported():
+    from types import SimpleNamespace
+
+    from runtime.speculate import LevelStats, level_stats
+    cache = streaming(sinks=4, window=8, block=1, scratch=2)
+    feed_committed(cache, 0, 12)
+    feed(cache, 12, 3)                        # 3 speculative tokens, 2 scratch slots: one forced eviction
+    assert cache.forced_evictions == 1
+    stats = level_stats([SimpleNamespace(name="drafter", stats=LevelStats(), cache=cache)])
+    assert stats["levels"]["drafter"]["forced_evictions"] == 1
+
+
 def test_streaming_queries_and_keys_use_slot_positions():
     cache = streaming(sinks=2, window=4, block=1)
     feed_committed(cache, 0, 6)

@@ -43,7 +43,8 @@ def test_config_file_fills_flags_and_flags_override(capsys, tmp_path):
     code, _, _ = run_cli(capsys, "generate", "--config", str(cfg), "--max-new-tokens", "2",
                          "--json", str(out_json))
     assert code == 0
-    assert len(json.loads(out_json.read_text())["token_ids"]) <= 2
+    result = json.loads(out_json.read_text())
+    assert len(result["token_ids"]) == 2 and result["stopped_by"] == "max_new_tokens"  # the flag, not the file's 3
 
 
 @pytest.mark.parametrize("argv, needles", [

@@ -66,12 +66,13 @@ def test_no_cache_forward_equals_full_cache(target):
 def test_training_lowers_held_out_kl_and_records_agreement(trained, target, tokens):
     _, report = trained
     assert [h["step"] for h in report["history"]] == [0, 4, 8, 12]
-    assert all(0 <= h["agreement"] <= 1 for h in report["history"])
+    history = report["history"]
+    assert history[-1]["loss"] < history[1]["loss"] and history[-1]["agreement"] > history[0]["agreement"], history
     held_out = split_corpus(tokens, config(target, "unused"), "test").held_out
     untrained = held_out_metrics(build_student(target, 2, torch.device("cpu")), load_model(target), held_out)
     final = report["final"]
     assert final["kl"] < 0.7 * untrained["kl"], (final, untrained)
-    assert final["agreement"] >= untrained["agreement"] and final["accept_rate"] > untrained["accept_rate"]
+    assert final["agreement"] > untrained["agreement"] and final["accept_rate"] > untrained["accept_rate"]
 
 
 def test_checkpoint_loads_with_ours_and_transformers(trained):
@@ -119,14 +120,15 @@ def test_interrupt_then_resume_continues_exactly(target, tokens, tmp_path):
 
 
 def test_export_writes_only_own_tensors_and_reassembles(trained, target, tokens, tmp_path):
-    out, _ = trained
+    out, report = trained
     manifest = export_compact(out, tmp_path / "compact", target, tokens, **QUIET)
     with safe_open(str(tmp_path / "compact" / "model.safetensors"), framework="pt") as f:
         names = set(f.keys())
         assert all(f.get_tensor(n).dtype == torch.bfloat16 for n in names)
     assert names == {n for n in load_model(out).state_dict() if n.startswith(("model.layers.", "model.norm."))}
     assert manifest["shares"] == ["model.embed_tokens.weight"] and manifest["base"] == target.name
-    assert 0 <= manifest["agreement"] <= 1
+    # measured again on the exported (bf16) weights: as good as the trained ones, up to rounding
+    assert abs(manifest["agreement"] - report["final"]["agreement"]) <= 0.05, (manifest, report["final"])
     assert json.loads((tmp_path / "compact" / "drafter.json").read_text()) == manifest
 
     assemble_drafter(tmp_path / "compact", target, tmp_path / "assembled")
@@ -170,7 +172,7 @@ def test_default_drafter_dir_assembles_once(trained, target, tokens, tmp_path, m
     """The repo-folder path: compact drafter + the target's embeddings -> a cached full checkpoint
     with the exported weights' logits; a second call reuses it; a new repo drafter replaces it."""
     import runtime.assets
-    import runtime.distill as distill_module
+    import runtime.drafter as distill_module
     out, _ = trained
     compact = tmp_path / "drafters" / distill_module.DEFAULT_BASE
     export_compact(out, compact, target, tokens, **QUIET)

@@ -10,8 +10,30 @@ import pytest
 from runtime.config import RunConfig
 from runtime.engine import Engine
 from runtime.errors import UserError
+from runtime.modes import mode_levels
 
 MODES = ["spec", "retrieval", "streaming", "triforce"]
+
+
+def test_mode_table_is_data():
+    """The one description every backend builds from (runtime/modes.py)."""
+    run = RunConfig(gamma1=2, gamma2=6, max_new_tokens=100, retrieval_budget=1024, chunk_size=8, draft_sinks=16,
+                    draft_window=240, prefill_chunk=512)
+    table = {mode: mode_levels(RunConfig(**{**run.__dict__, "mode": mode}), 5000) for mode in ["ar", *MODES]}
+    assert {m: ([(s.name, s.model, s.cache.kind) for s in specs], g) for m, (specs, g) in table.items()} == {
+        "ar": ([("target", "target", "full")], []),
+        "spec": ([("drafter", "drafter", "streaming"), ("target", "target", "full")], [6]),
+        "retrieval": ([("retrieval", "target", "retrieval"), ("target", "target", "full")], [6]),
+        "streaming": ([("streaming", "target", "streaming"), ("target", "target", "full")], [6]),
+        "triforce": ([("drafter", "drafter", "streaming"), ("retrieval", "target", "retrieval"),
+                      ("target", "target", "full")], [2, 6])}
+    drafter, retrieval, target = table["triforce"][0]
+    assert (drafter.cache.sinks, drafter.cache.window, drafter.cache.scratch, drafter.max_pass) == (16, 240, 10, 120)
+    assert drafter.cache.positions == 16 + 240 + 2 + 6 + 2          # sinks + window + gamma1 + gamma2 + 2
+    assert (retrieval.cache.budget, retrieval.cache.generated, retrieval.max_pass) == (1024, 100 + 6 + 2, 512)
+    assert (target.cache.capacity, target.cache.positions, target.max_pass) == (5000, 5000, 512)
+    streaming = table["streaming"][0][0]                             # the budget's size, sinks capped at half
+    assert (streaming.cache.sinks, streaming.cache.window, streaming.max_pass) == (16, 1008, 504)
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +54,7 @@ def run(engine, ids, mode, **kw):
     return engine.generate(ids, RunConfig(**{**base, **kw}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt_len", [203, 517])
 def test_every_mode_equals_ar_greedy(engine, kjv_ids, prompt_len):
     ids = kjv_ids[:prompt_len]
@@ -46,6 +69,7 @@ def test_every_mode_equals_ar_greedy(engine, kjv_ids, prompt_len):
             assert levels["retrieval"]["rebuilds"] >= 2, mode   # 40 tokens cross rebuilds every 16
 
 
+@pytest.mark.slow
 def test_acceptance_policy_rebuild_and_never(engine, kjv_ids):
     ids = kjv_ids[:300]
     expected = run(engine, ids, "ar").token_ids
@@ -53,6 +77,7 @@ def test_acceptance_policy_rebuild_and_never(engine, kjv_ids):
         assert run(engine, ids, "triforce", retrieval_rebuild=policy).token_ids == expected, policy
 
 
+@pytest.mark.slow
 def test_mode_figures_in_stats(engine, kjv_ids):
     result = run(engine, kjv_ids[:150], "triforce", max_new_tokens=12)
     s = result.stats

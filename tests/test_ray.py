@@ -2,16 +2,20 @@
 the in-process path (fp32, greedy) for `ar` and `triforce`; a shard that dies mid-request is
 restarted and the output is unchanged, or the request fails with a clear error when no restart is
 allowed. Plus the transforms themselves, in-process and exact (PP) on the real model."""
+import json
+
 import pytest
 import torch
 
 from runtime.config import RunConfig
-from runtime.engine import Engine, open_engine
+from runtime.backends import open_engine
+from runtime.engine import Engine
 from runtime.errors import UserError
 
 BASE = dict(max_new_tokens=12, retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2,
             gamma2=4, retrieval_rebuild="every:8")
 MODES = ("ar", "triforce")
+pytestmark = pytest.mark.slow   # a Ray cluster and the real model: minutes on a 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +130,13 @@ def test_pp2_equals_local_and_survives_a_dead_shard(cluster, local, prompt, expe
         assert client.generate(prompt, ray_run(pp=2, mode="ar")).token_ids == expected["ar"]
     finally:
         client.close()
+
+
+def test_bench_ray_suite_compares_local_and_ray(cluster, tmp_path):
+    from runtime.cli import main
+    assert main(["bench", "--suite", "ray", "--contexts", "150", "--new-tokens", "4", "--modes", "ar",
+                 "--budget", "96", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    [row] = json.loads((tmp_path / "ray.json").read_text())["rows"]
+    assert row["mode"] == "ar" and row["equal"] and row["new_tokens"] == 4
+    assert row["calls_per_token"] >= 1 and row["ray_ms_per_pass"] >= row["shard_ms_per_pass"] > 0
+    assert cluster.is_initialized()   # the suite leaves a cluster it did not start running

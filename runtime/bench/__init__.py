@@ -10,7 +10,8 @@ Suites (one function each, registered in runtime/bench/registry.py):
   repro      the paper's GPU settings (configs/repro/*.yaml)
   offload    resident vs KV offloaded vs KV+weights offloaded (ar, triforce)
   passes     one T-token forward pass per level against its roofline (bytes, FLOPs)
-  ray        planned, see registry.PLANNED
+  ray        in-process vs the Ray backend, same requests (--tp, --pp)
+  batch      batched decoding: modes x --batch-sizes
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import torch
 
-from runtime.bench import offload, passes, repro, suites  # noqa: F401 -- importing registers the suites
-from runtime.bench.measure import decode_bytes_per_token, machine, read_bandwidth_gbs  # noqa: F401 -- public
-from runtime.bench.registry import PLANNED, SUITES, get_suite
+from runtime.bench import batch, offload, passes, ray, repro, suites  # noqa: F401 -- importing registers the suites
+from runtime.bench.measure import decode_bytes_per_token, machine  # noqa: F401 -- public
+from runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
+from runtime.bench.registry import SUITES, get_suite
 from runtime.bench.report import write_report
 
 
@@ -42,7 +44,7 @@ def context_arg(value: str):
 def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks (see docs/BENCHMARKS.md)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suite", choices=sorted(SUITES) + sorted(PLANNED), default="peers")
+    p.add_argument("--suite", choices=sorted(SUITES), default="peers")
     p.add_argument("--out", help="directory for NAME.json, NAME.md and NAME_*.png")
     p.add_argument("--model", help="checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
     p.add_argument("--context", type=int, default=4096, help="peers, ablations: prompt tokens of KJV text")
@@ -83,6 +85,10 @@ def add_bench_parser(sub) -> None:
     a.add_argument("--gamma2s", type=int, nargs="+", default=[2, 4, 6, 8, 12])
     a.add_argument("--sweep-temperatures", type=float, nargs="+", default=[0.0, 0.3, 0.6, 0.9, 1.2])
     a.add_argument("--rebuilds", nargs="+", default=["never", "every:16", "below:0.5"])
+    b = p.add_argument_group("batch and ray suites (the first of --contexts is the prompt length)")
+    b.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4], help="batch suite; the first must be 1")
+    b.add_argument("--tp", type=int, default=1, help="ray suite: tensor-parallel shards")
+    b.add_argument("--pp", type=int, default=1, help="ray suite: pipeline stages")
     r = p.add_argument_group("repro suite: the paper's GPU settings (configs/repro/NAME.yaml)")
     r.add_argument("--setting", help=f"one of: {', '.join(repro.settings())}")
     r.add_argument("--target", help="target checkpoint directory (e.g. Llama2-7B-128K)")

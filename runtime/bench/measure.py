@@ -17,6 +17,7 @@ import torch
 
 from runtime.config import RunConfig
 from runtime.engine import Engine, Result
+from runtime.probes import nvml_gpus
 
 
 @contextlib.contextmanager
@@ -96,18 +97,6 @@ def measure_hf(model, ids: list[int], new_tokens: int, repeats: int, sampling: d
                 acceptance={}, levels={})
 
 
-def read_bandwidth_gbs(megabytes: int = 1024, repeats: int = 5) -> float:
-    """GB/s of a streaming read (a sum over a tensor far larger than the caches)."""
-    x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
-    x.sum()  # warm-up: fault the pages in
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - start)
-    return x.numel() * 4 / min(times) / 1e9
-
-
 def decode_bytes_per_token(model, context: int) -> int:
     """Bytes one decode step reads: every weight matrix once (the embedding row is negligible;
     with tied embeddings the lm_head reads the matrix once) + the KV cache at this context."""
@@ -133,23 +122,8 @@ def cpu_name() -> str:
 
 def gpus() -> list[dict]:
     """GPUs as NVML sees them (name, memory, driver); [] without NVML or a GPU (not an error)."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 -- no NVML library or no driver: a CPU machine
-        return []
-    try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            out.append(dict(index=i, name=name.decode() if isinstance(name, bytes) else name,
-                            memory_gib=round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 1),
-                            driver=driver.decode() if isinstance(driver, bytes) else driver))
-        return out
-    finally:
-        pynvml.nvmlShutdown()
+    return [dict(index=g["index"], name=g["name"], memory_gib=round(g["memory"] / 2**30, 1), driver=g["driver"])
+            for g in nvml_gpus()]
 
 
 def machine() -> dict:

@@ -24,7 +24,7 @@ import time
 import torch
 
 from runtime.bench import plots
-from runtime.bench.measure import read_bandwidth_gbs
+from runtime.probes import read_bandwidth_gbs
 from runtime.bench.registry import register
 from runtime.bench.report import fmt, markdown_table
 from runtime.bench.suites import base_run, prompt_ids

@@ -1,10 +1,9 @@
 """The registry of `triforce bench` suites: one function per suite, registered by name.
 
 A suite is a function `args -> report` (report: a JSON-ready dict with at least `suite` and
-`rows`), a Markdown renderer and, optionally, a plotter. To add a suite (e.g. `offload`: resident
-against offloaded KV; `ray`: in-process against the Ray backend), write one function in its own
-module under runtime/bench/, decorate it with `@register("offload", table=..., plots=...)`, import
-that module in runtime/bench/__init__.py, and delete its line from PLANNED.
+`rows`), a Markdown renderer and, optionally, a plotter. To add a suite, write one function in its
+own module under runtime/bench/, decorate it with `@register("name", table=..., plots=...)`, and
+import that module in runtime/bench/__init__.py.
 """
 from __future__ import annotations
 
@@ -27,11 +26,6 @@ class Suite:
 
 SUITES: dict[str, Suite] = {}
 
-# Suites that plug in when their backends land (see the module docstring for how).
-PLANNED = {
-    "ray": "in-process vs the Ray backend, same requests (for now: python -m actors.bench, see docs/BENCHMARKS.md)",
-}
-
 
 def register(name: str, *, table: Callable[[dict], str], plots=None, help: str):
     """Decorator: registers `fn(args) -> report` as suite `name`."""
@@ -46,7 +40,4 @@ def register(name: str, *, table: Callable[[dict], str], plots=None, help: str):
 def get_suite(name: str) -> Suite:
     if name in SUITES:
         return SUITES[name]
-    if name in PLANNED:
-        raise UserError(f"bench suite {name!r} is not available yet: {PLANNED[name]}; "
-                        f"available now: {', '.join(sorted(SUITES))}")
     raise UserError(f"unknown bench suite {name!r}; available: {', '.join(sorted(SUITES))}")

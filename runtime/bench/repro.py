@@ -104,15 +104,19 @@ def suite_repro(args: argparse.Namespace) -> dict:
     draft = check_checkpoint("--draft", args.draft, "drafter (e.g. llama-68m)")
     run = setting.run_config(target, draft)
     check_gpus(setting)
-    from runtime.engine import Engine
-    engine = Engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True)
-    ids = prompt_ids(engine, args, setting.context)
-    rows, ar_ms = [], None
-    for mode in setting.modes:
-        row = measure_ours(engine, ids, dataclasses.replace(run, mode=mode), setting.repeats)
-        ar_ms = row["ms_per_token"]["median"] if mode == "ar" else ar_ms
-        row["speedup_vs_ar"] = round(ar_ms / row["ms_per_token"]["median"], 3) if ar_ms else None
-        rows.append(row)
+    from runtime.backends import open_engine
+    engine = open_engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True)  # backend: ray for tp > 1
+    try:
+        ids = prompt_ids(engine, args, setting.context)
+        rows, ar_ms = [], None
+        for mode in setting.modes:
+            row = measure_ours(engine, ids, dataclasses.replace(run, mode=mode), setting.repeats)
+            ar_ms = row["ms_per_token"]["median"] if mode == "ar" else ar_ms
+            row["speedup_vs_ar"] = round(ar_ms / row["ms_per_token"]["median"], 3) if ar_ms else None
+            rows.append(row)
+    finally:
+        if hasattr(engine, "close"):   # the Ray client: shards and host arenas released
+            engine.close()
     return dict(suite="repro", setting=setting.name, description=setting.description, paper=setting.paper,
                 run={k: v for k, v in dataclasses.asdict(run).items()}, rows=rows)
 

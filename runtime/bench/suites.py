@@ -9,12 +9,13 @@ import dataclasses
 from pathlib import Path
 
 from runtime.bench import plots
-from runtime.bench.measure import decode_bytes_per_token, hf_sampling, measure_hf, measure_ours, read_bandwidth_gbs
+from runtime.bench.measure import decode_bytes_per_token, hf_sampling, measure_hf, measure_ours
 from runtime.bench.registry import SUITES, register
 from runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
 from runtime.config import RunConfig
 from runtime.engine import Engine
 from runtime.errors import UserError
+from runtime.probes import read_bandwidth_gbs
 
 
 def corpus_text(name: str) -> str:

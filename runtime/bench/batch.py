@@ -1,6 +1,6 @@
-"""Throughput of batched decoding: modes x batch sizes side by side in one process.
+"""`triforce bench --suite batch`: throughput of batched decoding, modes x batch sizes side by side.
 
-    python -m runtime.bench_batch --context 1024 --new-tokens 32 --batch-sizes 1 2 4 \
+    triforce bench --suite batch --contexts 1024 --new-tokens 32 --batch-sizes 1 2 4 \
         --modes ar triforce --budget 256 --threads 1 --out OUT
 
 Each configuration decodes B different KJV passages of `context` tokens together (greedy,
@@ -12,21 +12,19 @@ time at B = 1 (the first batch size must be 1).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import statistics
 import time
-from pathlib import Path
-
-import torch
 
 from runtime.batched import generate_batch
-from runtime.config import RunConfig
+from runtime.bench.registry import register
+from runtime.bench.report import markdown_table
+from runtime.bench.suites import base_run
 from runtime.engine import Engine
+from runtime.errors import UserError
 
 
-def run_one(engine: Engine, prompts: list[list[int]], run: RunConfig) -> dict:
+def run_one(engine: Engine, prompts: list[list[int]], run) -> dict:
     start = time.perf_counter()
     outcome = generate_batch(engine, prompts, [run] * len(prompts))
     wall = time.perf_counter() - start
@@ -44,29 +42,17 @@ def run_one(engine: Engine, prompts: list[list[int]], run: RunConfig) -> dict:
                 token_ids=[r.token_ids for r in outcome.results])
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m runtime.bench_batch", description=__doc__.splitlines()[0])
-    p.add_argument("--context", type=int, default=1024, help="prompt tokens per sequence (KJV text)")
-    p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 2, 4])
-    p.add_argument("--modes", nargs="+", default=["ar", "triforce"])
-    p.add_argument("--budget", type=int, default=256, help="retrieval budget (tokens)")
-    p.add_argument("--gamma1", type=int, default=2)
-    p.add_argument("--gamma2", type=int, default=6)
-    p.add_argument("--dtype", default="fp32")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--out", help="directory for results.json")
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    engine = Engine(RunConfig(mode="triforce", dtype=args.dtype))
+def suite_batch(args) -> dict:
+    if args.batch_sizes[0] != 1:
+        raise UserError(f"--batch-sizes {args.batch_sizes}: the first must be 1 (the one-at-a-time reference)")
     from runtime.assets import kjv_books
+    base = base_run(args, temperature=0.0)
+    engine = Engine(dataclasses.replace(base, mode="triforce"))
     ids = engine.tokenizer.encode(kjv_books(["Genesis", "Exodus"]))
-    B = max(args.batch_sizes)
-    prompts = [ids[i * args.context:(i + 1) * args.context] for i in range(B)]
+    context = int(args.contexts[0])
+    prompts = [ids[i * context:(i + 1) * context] for i in range(max(args.batch_sizes))]
     rows, alone = [], {}
-    runs = {mode: RunConfig(mode=mode, dtype=args.dtype, max_new_tokens=args.new_tokens, retrieval_budget=args.budget,
-                            gamma1=args.gamma1, gamma2=args.gamma2) for mode in args.modes}
+    runs = {mode: dataclasses.replace(base, mode=mode) for mode in args.modes}
     for run in runs.values():   # warm-up
         generate_batch(engine, [prompts[0][:256]], [dataclasses.replace(run, max_new_tokens=4)])
     for b in args.batch_sizes:          # modes interleaved per batch size: machine drift hits them alike
@@ -80,22 +66,24 @@ def main(argv: list[str] | None = None) -> int:
             acc = r.pop("target_acceptance")
             r["mean_target_acceptance"] = round(statistics.mean(acc), 3) if acc else None
             rows.append(r)
-            print(json.dumps(r), flush=True)
+            print(f"[bench] batch {b} {mode}: {r['tokens_per_s']} tok/s", flush=True)
     rows.sort(key=lambda r: (args.modes.index(r["mode"]), r["batch"]))
-    print(f"\n| mode | batch | decode tok/s | vs batch 1 | tokens | target-weight passes | sequences per such pass | "
-          f"drafter passes | target acceptance | same tokens as batch 1 |\n|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        base = next(x for x in rows if x["mode"] == r["mode"] and x["batch"] == 1)["tokens_per_s"]
-        print(f"| {r['mode']} | {r['batch']} | {r['tokens_per_s']} | {r['tokens_per_s'] / base:.2f}x | {r['tokens']} | "
-              f"{r['target_passes']} | {r['target_packed_rows'] / r['target_passes']:.2f} | {r['drafter_passes']} | "
-              f"{r['mean_target_acceptance'] or '-'} | "
-              f"{'yes' if r['same_as_one_at_a_time'] else 'NO'} |")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(dict(args=vars(args), rows=rows), indent=1))
-    return 0
+    return dict(suite="batch", context=context, new_tokens=args.new_tokens, rows=rows)
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def table_batch(report: dict) -> str:
+    rows = report["rows"]
+
+    def base(r):
+        return next(x for x in rows if x["mode"] == r["mode"] and x["batch"] == 1)["tokens_per_s"]
+
+    return markdown_table(
+        ["mode", "batch", "decode tok/s", "vs batch 1", "tokens", "target-weight passes", "sequences per such pass",
+         "drafter passes", "target acceptance", "same tokens as batch 1"],
+        [[r["mode"], str(r["batch"]), str(r["tokens_per_s"]), f"{r['tokens_per_s'] / base(r):.2f}x", str(r["tokens"]),
+          str(r["target_passes"]), f"{r['target_packed_rows'] / r['target_passes']:.2f}", str(r["drafter_passes"]),
+          str(r["mean_target_acceptance"] or "-"), "yes" if r["same_as_one_at_a_time"] else "NO"] for r in rows])
+
+
+register("batch", table=table_batch,
+         help="batched decoding: modes x --batch-sizes, tok/s and equality with one at a time")(suite_batch)

@@ -1,0 +1,14 @@
+"""The one place the backend is chosen: an in-process Engine, or a client of a coordinator actor
+on Ray (actors/client.py) with the same encode / check_length / generate. An application-level
+module (rule 11): it is the only runtime/ code that knows both backends."""
+from __future__ import annotations
+
+from runtime.config import RunConfig
+from runtime.engine import Engine
+
+
+def open_engine(run: RunConfig, keep_prefill: bool = False):
+    if run.backend == "ray":
+        from actors.client import RayClient   # lazy: imports ray only for the Ray backend
+        return RayClient(run)
+    return Engine(run, keep_prefill=keep_prefill)
