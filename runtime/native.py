@@ -8,6 +8,7 @@ TRIFORCE_NATIVE=0 turns the kernels off (the torch path runs, for comparison).
 
     python -m runtime.native build     build (idempotent) and say which build loaded
     python -m runtime.native bench     kernel vs SDPA on decode/verify shapes, ms and GB/s
+    python -m runtime.native prefill   mask-free prefill (split SDPA) vs SDPA with a mask
 """
 from __future__ import annotations
 
@@ -81,6 +82,37 @@ def _bench(threads: int = 2, repeats: int = 7) -> None:
                   f"{ts * 1e3:>8.2f} {nbytes / ts / 1e9:>6.1f} {ts / roof:>7.2f} {ts / tk:>7.1f}x")
 
 
+def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
+    """One prefill chunk of T tokens against S keys: SDPA with the [G*T, S] mask against the
+    mask-free split (prefix + causal square merged by LSE) and the native kernel."""
+    import time
+
+    import torch
+
+    from runtime.attention import _attend_sdpa_split, attend_reference
+    torch.set_num_threads(threads)
+    kernel = attention_cpu()
+    B, H, Hkv, D, dt = 1, 9, 3, 64, torch.bfloat16
+    print(f"threads={threads} bf16 H={H} Hkv={Hkv} D={D}, one chunk of T={T} queries; ms per layer")
+    print(f"{'S':>6} {'mask ms':>8} {'split ms':>9} {'kernel ms':>10} {'GFLOP/s split':>14} {'mask/split':>11}")
+    for S in (8192, 32768):
+        q = torch.randn(B, H, T, D, dtype=dt)
+        k, v = torch.randn(B, Hkv, S, D, dtype=dt), torch.randn(B, Hkv, S, D, dtype=dt)
+        flops = 4 * B * H * T * S * D
+        fns = {"mask": lambda: attend_reference(q, k, v), "split": lambda: _attend_sdpa_split(q, k, v)}
+        if kernel is not None:
+            fns["kernel"] = lambda: kernel.attend(q, k, v, D ** -0.5)
+        times = {name: [] for name in fns}
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        best = {name: min(ts) for name, ts in times.items()}
+        print(f"{S:>6} {best['mask'] * 1e3:>8.0f} {best['split'] * 1e3:>9.0f} {best.get('kernel', float('nan')) * 1e3:>10.0f}"
+              f" {flops / best['split'] / 1e9:>14.1f} {best['mask'] / best['split']:>10.2f}x")
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "build"
     if command == "build":
@@ -90,5 +122,7 @@ if __name__ == "__main__":
                   f"{' (avx512_bf16 kernels)' if module.has_avx512_bf16() else ' (scalar kernels)'}")
     elif command == "bench":
         _bench()
+    elif command == "prefill":
+        _bench_prefill()
     else:
-        sys.exit("usage: python -m runtime.native build | bench")
+        sys.exit("usage: python -m runtime.native build | bench | prefill")
