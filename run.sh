@@ -46,6 +46,14 @@ if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$setup_hash" ]]; then
   echo "$setup_hash" >"$stamp"
 fi
 
+# Build the native CPU kernels (runtime/native.py) once per source change, for this CPU
+# (-march=native, else portable). A failed build prints one line and runs use the torch path.
+native_stamp=build/native/.built
+if [[ ! $native_stamp -nt runtime/csrc/attention_cpu.cpp ]]; then
+  "$PY" -m runtime.native build >/dev/null || echo "run.sh: native kernels not built; runs use torch" >&2
+  mkdir -p build/native && touch "$native_stamp"
+fi
+
 # Prepare the default model and the KJV text (returns at once when cached); errors are one line.
 "$PY" -m runtime.assets >/dev/null
 

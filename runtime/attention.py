@@ -1,5 +1,7 @@
-"""One attention signature, two backends: flash-attn's KV-cache kernel on CUDA when it is
-installed, torch SDPA everywhere else.
+"""One attention signature, three backends: flash-attn's KV-cache kernel on CUDA when it is
+installed; on CPU the native kernel (runtime/csrc/attention_cpu.cpp) for decode and verify
+(T <= NATIVE_MAX_T) and mask-free SDPA for prefill; SDPA with a mask elsewhere.
+attend_reference is the pure-torch twin the native kernel is tested against.
 
 Causality is bottom-right aligned: the T new queries are the last T of the S visible positions,
 so query t sees keys [0, S - T + t]. This lets several new tokens (prefill chunks, speculative
@@ -11,6 +13,10 @@ import functools
 
 import torch
 import torch.nn.functional as F
+
+from runtime import native
+
+NATIVE_MAX_T = 32   # decode and verify passes; longer passes (prefill chunks) go to SDPA
 
 
 @functools.cache
@@ -27,6 +33,16 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     flash = _flash_attn_with_kvcache() if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else None
     if flash is not None:
         return _attend_flash(flash, q, k, v)
+    if q.device.type == "cpu":
+        kernel = native.attention_cpu() if q.shape[2] <= NATIVE_MAX_T else None
+        if kernel is not None:
+            return kernel.attend(q, k, v, q.shape[-1] ** -0.5)
+        return _attend_sdpa_split(q, k, v)
+    return _attend_sdpa(q, k, v)
+
+
+def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The pure-torch twin of the native kernel: SDPA with a materialized causal mask."""
     return _attend_sdpa(q, k, v)
 
 
@@ -54,3 +70,25 @@ def _attend_sdpa(q, k, v):
     mask = None if T == 1 else causal_mask(T, S, q.device).repeat(G, 1)  # [G*T, S]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # [B, Hkv, G*T, D]
     return out.view(B, H, T, D).transpose(1, 2)           # [B, T, H, D]
+
+
+def _attend_sdpa_split(q, k, v):
+    # Mask-free causal attention on CPU: the T queries see all of the prefix keys [0, S - T)
+    # (no mask) and a causal square over the last T keys (is_causal, top-left = bottom-right
+    # there); the two parts are merged by their log-sum-exp. Cost: the mask [G*T, S] of
+    # _attend_sdpa (G*T*S bytes per layer) is never built.
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    G = H // Hkv
+    sdpa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    k_sq = k[:, :, S - T:].repeat_interleave(G, dim=1)     # [B, H, T, D] (T keys: a small copy)
+    v_sq = v[:, :, S - T:].repeat_interleave(G, dim=1)
+    out, lse = sdpa(q, k_sq, v_sq, 0.0, True)               # [B, H, T, D], [B, H, T]
+    if S > T:
+        qg = q.reshape(B, Hkv, G * T, D)                    # GQA: every prefix key read once
+        out_p, lse_p = sdpa(qg, k[:, :, :S - T], v[:, :, :S - T], 0.0, False)  # [B, Hkv, G*T, D]
+        out_p, lse_p = out_p.reshape(B, H, T, D), lse_p.reshape(B, H, T)
+        lse_all = torch.logaddexp(lse, lse_p)
+        out = (out.float() * (lse - lse_all).exp().unsqueeze(-1)
+               + out_p.float() * (lse_p - lse_all).exp().unsqueeze(-1)).to(q.dtype)
+    return out.transpose(1, 2)                              # [B, T, H, D]

@@ -1,0 +1,122 @@
+"""The native CPU attention kernel against its pure-torch twin (attend_reference), on the shapes
+decode and verify produce: ragged S, every T in 1..32, group sizes 1..8, bf16/fp16/fp32, and K/V
+that are [:, :, :S] views of a larger cache buffer. Also the mask-free prefill path and the
+fallback when the kernel cannot be built."""
+import pytest
+import torch
+
+from runtime import attention, native
+
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}   # max abs error, |out| <~ 1
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    module = native.attention_cpu()
+    if module is None:
+        pytest.skip("native attention did not build (see the line on stderr)")
+    return module
+
+
+def cache_views(B, Hkv, S, D, dtype, gen):
+    """K/V as the caches return them: the first S positions of a [B, Hkv, capacity, D] buffer."""
+    capacity = S + 5
+    k = torch.randn(B, Hkv, capacity, D, generator=gen).to(dtype)
+    v = torch.randn(B, Hkv, capacity, D, generator=gen).to(dtype)
+    return k[:, :, :S], v[:, :, :S]
+
+
+def reference(q, k, v):
+    # fp32 reference from the same (rounded) inputs: the kernel accumulates in fp32 too
+    return attention.attend_reference(q.float(), k.float(), v.float())
+
+
+def check(kernel, B, Hkv, G, T, S, D, dtype, seed=0, **kw):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hkv * G, T, D, generator=gen).to(dtype)
+    k, v = cache_views(B, Hkv, S, D, dtype, gen)
+    out = kernel.attend(q, k, v, D ** -0.5, **kw)
+    assert out.shape == (B, T, Hkv * G, D) and out.dtype == dtype
+    err = (out.float() - reference(q, k, v)).abs().max().item()
+    assert err < TOL[dtype], f"B={B} Hkv={Hkv} G={G} T={T} S={S} D={D} {dtype}: max error {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("T", range(1, 33))
+def test_every_T(kernel, T, dtype):
+    # S ragged around the block (64) and chunk (512) sizes; G cycles through 1..8
+    for i, S in enumerate((T, T + 6, 63 + T, 1000 + T)):
+        check(kernel, B=1, Hkv=2, G=1 + (T + i) % 8, T=T, S=S, D=64, dtype=dtype, seed=T * 10 + i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("G", range(1, 9))
+def test_every_group_size(kernel, G, dtype):
+    check(kernel, B=2, Hkv=3, G=G, T=5, S=1537, D=64, dtype=dtype, seed=G)
+
+
+@pytest.mark.parametrize("D", [32, 96, 128])
+def test_other_head_dims(kernel, D):
+    for dtype in (torch.float32, torch.bfloat16):
+        check(kernel, B=1, Hkv=2, G=4, T=3, S=700, D=D, dtype=dtype)
+
+
+def test_odd_head_dim_uses_scalar_path(kernel):
+    check(kernel, B=1, Hkv=1, G=3, T=4, S=130, D=24, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("T", [1, 7, 32])
+def test_dot_bf16_products(kernel, T):
+    # vdpbf16ps variant (rounds P to bf16 too)
+    if not kernel.has_avx512_bf16():
+        pytest.skip("built without avx512_bf16")
+    check(kernel, B=1, Hkv=3, G=3, T=T, S=2000, D=64, dtype=torch.bfloat16, dot_bf16=True)
+
+
+def test_verify_rows_equal_decode_rows(kernel):
+    # Chunk and block boundaries are positions: a verify pass over T tokens gives each token
+    # bit-for-bit what decoding it alone against its prefix gives (greedy modes rely on this).
+    gen = torch.Generator().manual_seed(1)
+    T, S = 6, 1500
+    q = torch.randn(1, 9, T, 64, generator=gen)
+    k, v = cache_views(1, 3, S, 64, torch.float32, gen)
+    verify = kernel.attend(q, k, v, 0.125)
+    for t in range(T):
+        stop = S - T + t + 1
+        alone = kernel.attend(q[:, :, t:t + 1], k[:, :, :stop], v[:, :, :stop], 0.125)
+        assert torch.equal(verify[:, t], alone[:, 0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T,S", [(40, 40), (33, 100), (100, 1100)])
+def test_prefill_without_mask(T, S, dtype):
+    gen = torch.Generator().manual_seed(T)
+    q = torch.randn(1, 6, T, 64, generator=gen).to(dtype)
+    k, v = cache_views(1, 2, S, 64, dtype, gen)
+    out = attention.attend(q, k, v)                          # T > 32: the split SDPA path
+    err = (out.float() - reference(q, k, v)).abs().max().item()
+    assert err < TOL[dtype]
+
+
+def test_attend_uses_kernel_for_decode(kernel, monkeypatch):
+    calls = []
+    monkeypatch.setattr(native, "attention_cpu", lambda: calls.append(1) or kernel)
+    q, k, v = torch.randn(1, 4, 2, 64), torch.randn(1, 2, 9, 64), torch.randn(1, 2, 9, 64)
+    torch.testing.assert_close(attention.attend(q, k, v), reference(q, k, v))
+    assert calls
+
+
+def test_fallback_when_build_fails(monkeypatch, capsys):
+    # No compiler: one line on stderr, and attend runs the torch path.
+    def broken(flavour, flags):
+        raise RuntimeError(f"Error building extension ({flavour})\ng++: not found")
+    monkeypatch.setattr(native, "_load", broken)
+    native.attention_cpu.cache_clear()
+    try:
+        assert native.attention_cpu() is None
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "using torch" in lines[0], lines
+        q, k, v = torch.randn(1, 4, 3, 64), torch.randn(1, 2, 11, 64), torch.randn(1, 2, 11, 64)
+        torch.testing.assert_close(attention.attend(q, k, v), reference(q, k, v))
+    finally:
+        native.attention_cpu.cache_clear()
