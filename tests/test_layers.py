@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("runtime", "offload", "actors")
 
 LAYERS = {
-    "leaf": ["runtime.errors", "runtime.probes", "runtime.flags", "runtime.io_utils", "runtime.assets"],
+    "leaf": ["runtime.errors", "runtime.probes", "runtime.flags", "runtime.io_utils", "runtime.assets",
+             "runtime.native"],
     "core": ["runtime", "runtime.config", "runtime.model", "runtime.rope", "runtime.attention", "runtime.cache",
              "runtime.cache_full", "runtime.cache_retrieval", "runtime.cache_streaming", "runtime.sampling",
              "runtime.accept", "runtime.speculate", "runtime.decode", "runtime.parallel", "runtime.drafter",
