@@ -3,7 +3,7 @@
 Student: the target's first N decoder layers + its final norm, initialised from the target's
 weights. Its embeddings and lm_head ARE the target's (tied in SmolLM2) and stay frozen, so a
 stored drafter needs only the N layers and the norm (`export_compact`); the rest is shared with
-the target and re-attached on load (`assemble_drafter`, `default_drafter_dir`).
+the target and re-attached on load (runtime/drafter.py: `assemble_drafter`, `default_drafter_dir`).
 
 Loss: KL(p_target || q_student) at temperature 1, averaged over every position of random
 windows of the corpus; the teacher's logits are computed on the fly. Windows are short (default

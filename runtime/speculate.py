@@ -150,7 +150,8 @@ def level_stats(stack: list[Level]) -> dict:
         s["seconds"] = round(s["seconds"], 4)
         if level.stats.drafted:
             s["acceptance"] = round(level.stats.accepted / level.stats.drafted, 4)
-        if hasattr(level.cache, "forced_evictions"):
-            s["forced_evictions"] = level.cache.forced_evictions
+        evictions = getattr(getattr(level, "cache", None), "forced_evictions", None)
+        if evictions is not None:   # a StreamingLLM level
+            s["forced_evictions"] = evictions
         out[level.name] = s
     return {"levels": out}

@@ -173,6 +173,22 @@ def test_plan_for_the_papers_offloaded_setting_is_near_its_measurements():
     assert 70 < p.triforce_ms < 160        # and 108 ms
 
 
+def test_offload_auto_plans_for_the_engines_one_device_and_its_loaded_weights(monkeypatch):
+    """The local engine runs on one GPU (probe one, not all), and a request's plan takes the
+    weights where the engine loaded them (it cannot move them per request)."""
+    import offload.plan as plan_module
+    probed = []
+    m = Machine(1, 24 * GIB, 1000 * GB, 25 * GB, 256 * GIB)
+    monkeypatch.setattr(plan_module, "probe_machine", lambda gpus=None: probed.append(gpus) or m)
+    run = RunConfig(dtype="fp16", retrieval_budget=4096)
+    free = plan_module.plan_for_run(llama2_7b(), run, 64_000, torch.device("cuda"))
+    streamed = plan_module.plan_for_run(llama2_7b(), run, 64_000, torch.device("cuda"), weights_offloaded=True)
+    assert not free.offload_weights and free.on_chip_layers < 32   # the planner's own choice: weights stay
+    assert streamed.offload_weights and streamed.on_chip_layers > free.on_chip_layers  # their room goes to KV
+    plan_module.plan_for_run(llama2_7b(), run, 64_000, torch.device("cpu"))
+    assert probed == [1, 1, 0]
+
+
 def test_plan_refuses_what_fits_nowhere():
     m = Machine(1, 8 * GIB, 500 * GB, 10 * GB, 16 * GIB)
     with pytest.raises(UserError, match="does not fit"):
