@@ -164,9 +164,14 @@ def check_job(raw: object, line: int, base: Path, defaults: RunConfig) -> dict:
         raise UserError(f"needs exactly one of {', '.join(PROMPT_KEYS)} (got {', '.join(given) or 'none'})")
     key = given[0]
     value = _check_prompt(key, raw[key], base)
-    params = {k: raw[k] for k in RECORD_PARAMS if k in raw}
+    params = {k: _number(k, raw[k], RECORD_PARAMS[k]) for k in RECORD_PARAMS if k in raw}   # floats as floats
     check_params(params, defaults)
-    return {"line": line, "id": raw["id"], key: value, "params": params}
+    job = {"line": line, "id": raw["id"], key: value, "params": params}
+    try:
+        pack(job)   # the wire must carry it; never discovered later, in the driver
+    except ValueError as e:
+        raise UserError(f"record cannot be sent to a replica: {e}") from None
+    return job
 
 
 def _is_utf8(text: str) -> bool:
