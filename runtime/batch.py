@@ -200,8 +200,10 @@ def result_settings(defaults: RunConfig, model_dir: Path) -> dict:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
+    from offload.tier import remove_dead_segments
     from runtime.config import ModelConfig
     from runtime.engine import resolve_model_dir
+    remove_dead_segments()   # host-tier arenas of killed runs
     if args.replicas < 1:
         raise UserError(f"--replicas {args.replicas} must be at least 1")
     if args.threads is not None and args.threads < 1:

@@ -182,22 +182,31 @@ def local_worker(conn, defaults: dict, threads: int, parent: int) -> None:
     try:
         replica = Replica(defaults)
     except UserError as e:   # the same for every replica: the job fails at once
-        conn.send_bytes(pack({"fatal": str(e)}))
+        _send(conn, pack({"fatal": str(e)}))
         return
     except Exception as e:   # noqa: BLE001 -- a load failure (truncated file, out of memory): the driver counts it
-        conn.send_bytes(pack({"start_failed": describe(e)}))
+        _send(conn, pack({"start_failed": describe(e)}))
         return
-    conn.send_bytes(pack({"ready": True}))
+    _send(conn, pack({"ready": True}))
     while True:
         try:
             message = conn.recv_bytes(MAX_MESSAGE_BYTES)
-        except EOFError:   # the driver is gone
+        except (EOFError, OSError):   # the driver is gone, or closed this replica
             return
         try:
-            conn.send_bytes(replica.run(message))
+            answer = replica.run(message)
         except ReplicaBroken as e:
             print(f"[triforce] replica exits: {e}", file=sys.stderr, flush=True)
             os._exit(70)
+        _send(conn, answer)
+
+
+def _send(conn, data: bytes) -> None:
+    """Sends to the driver; a driver that has gone (or closed this replica) ends the process quietly."""
+    try:
+        conn.send_bytes(data)
+    except OSError:   # BrokenPipeError: nobody is listening any more
+        os._exit(0)
 
 
 # --------------------------------------------------------------------------------------- pools
