@@ -18,6 +18,7 @@ import socket
 import time
 from pathlib import Path
 
+from runtime.durable import fsync_dir
 from runtime.errors import UserError
 
 MANIFEST_VERSION = 1
@@ -25,15 +26,6 @@ MANIFEST_VERSION = 1
 
 def sidecar(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
-
-
-def fsync_dir(path: Path) -> None:
-    """Makes a rename or a new file in `path` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
