@@ -51,12 +51,20 @@ def connect_ray(num_cpus: int, address: str | None = None) -> None:
         ray.init(address=address, **kwargs)
         return
     enable_private_token()
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOOPBACK,
-             _system_config=LOOPBACK_SYSTEM_CONFIG, **kwargs)
+    loopback_node()
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
 
 
-LOOPBACK = "127.0.0.1"
-LOOPBACK_SYSTEM_CONFIG: dict = {}
+def loopback_node() -> None:
+    """The private cluster's node on 127.0.0.1: Ray then binds its HTTP (metrics) servers to
+    loopback and advertises loopback addresses. Ray (2.60) has no public knob for this: its node
+    address comes from services.get_node_ip_address, which answers loopback when multi-node
+    clusters are off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at import, hence the
+    constant too). Its gRPC servers still listen on every interface, and refuse any call without
+    the token."""
+    import ray._private.ray_constants as constants
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants.ENABLE_RAY_CLUSTER = False
 
 
 def enable_private_token() -> None:
