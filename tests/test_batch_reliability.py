@@ -291,3 +291,21 @@ def test_a_replica_that_cannot_load_fails_the_job_within_bounded_starts(capsys, 
     last = err.strip().splitlines()[-1]
     assert last.startswith("triforce: error: a replica failed to start 3 times in a row; last:"), err
     assert err.count("failed to start (") == 2   # two restarts noted, then the third failure stops the job
+
+
+@pytest.mark.slow
+def test_the_driver_finishes_a_fuzzed_job_with_one_line_per_record(capsys, tmp_path):
+    """The whole command on the adversarial input, one local replica decoding batches of 3: exit 0,
+    exactly one output line per input record, each an ok record or an error naming its line."""
+    lines = adversarial_lines(random.Random(2))
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join(lines) + "\n", encoding="utf-8", errors="surrogatepass")
+    out = tmp_path / "out.jsonl"
+    code, err = run_cli(capsys, "batch", "--input", str(inp), "--output", str(out), "--max-new-tokens", "1",
+                        "--batch-size", "3", "--threads", "1")
+    assert code == 0, err
+    records = [json.loads(l) for l in out.read_bytes().decode("utf-8").splitlines()]
+    assert len(records) == len(lines) and len({r["id"] for r in records}) == len(lines)
+    assert {r["line"] for r in records} == set(range(1, len(lines) + 1))
+    assert all(r["status"] == "ok" or r["error"].startswith(f"line {r['line']}: ") for r in records)
+    assert {r["id"] for r in records if r["status"] == "ok"} >= {"ok-1", "ok-2", "ok-3"}
