@@ -259,7 +259,11 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path, limits:
     records = [r for i, r in output.done.items() if i in ids]
     summary = summarize(records, wall, progress.tokens)
     report_dir = Path(args.report).expanduser() if args.report else output_path.with_suffix(".report")
-    files = write_report(report_dir, summary)
+    try:
+        files = write_report(report_dir, summary)
+    except OSError as e:   # the records are safe in the output; only the report is missing
+        from runtime.durable import not_writable
+        raise not_writable(report_dir, e) from None
     print(f"[triforce] {summary_table(summary)}".replace("\n", "\n[triforce] "), file=sys.stderr)
     print(f"[triforce] output {str(output_path)!r}; report {', '.join(str(f) for f in files)}", file=sys.stderr,
           flush=True)

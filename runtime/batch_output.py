@@ -58,8 +58,8 @@ class OutputLock:
 
     def __init__(self, output: Path):
         self.path = sidecar(output, ".lock")
-        output.parent.mkdir(parents=True, exist_ok=True)
         try:
+            output.parent.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise _write_error(self.path, e) from None

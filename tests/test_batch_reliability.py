@@ -309,3 +309,33 @@ def test_the_driver_finishes_a_fuzzed_job_with_one_line_per_record(capsys, tmp_p
     assert {r["line"] for r in records} == set(range(1, len(lines) + 1))
     assert all(r["status"] == "ok" or r["error"].startswith(f"line {r['line']}: ") for r in records)
     assert {r["id"] for r in records if r["status"] == "ok"} >= {"ok-1", "ok-2", "ok-3"}
+
+
+def test_a_sticky_device_error_retires_the_replica(replica, monkeypatch):
+    """A CUDA error that poisons the context must not turn every later record into an error:
+    the replica gives up (the driver replaces it and runs the record again)."""
+    from runtime.batch_replicas import ReplicaBroken
+
+    def sticky(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(replica.engine, "generate", sticky)
+    with pytest.raises(ReplicaBroken, match="illegal memory access"):
+        replica.run(pack({"jobs": [{"line": 1, "id": "a", "prompt": "Hello", "params": {}}]}))
+
+
+def test_more_ray_replicas_than_the_cluster_can_place_are_refused_before_any_work(monkeypatch):
+    ray = pytest.importorskip("ray")
+    import actors.client
+    from runtime.batch_replicas import RayPool
+    from runtime.errors import UserError
+    monkeypatch.setattr(actors.client, "connect_ray", lambda **kw: None)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    with pytest.raises(UserError, match=r"--replicas 3 needs 3 CPUs but the Ray cluster has 2"):
+        RayPool(3, {}, 1)
+
+
+def test_an_output_in_a_directory_that_cannot_be_made_is_one_line(capsys, tmp_path):
+    inp = errors_only_input(tmp_path)
+    (tmp_path / "file").write_text("x")
+    code, err = run_cli(capsys, "batch", "--input", str(inp), "--output", str(tmp_path / "file" / "out.jsonl"))
+    assert code == 2 and "cannot write" in err and "Traceback" not in err
