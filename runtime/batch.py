@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from runtime import cli
-from runtime.batch_input import (MAX_MESSAGE_BYTES, RECORD_PARAMS, check_defaults, error_record,  # noqa: F401
-                                 pack, read_input, read_jobs, unpack)
-from runtime.batch_output import OutputFile, manifest_for  # noqa: F401
-from runtime.batch_replicas import (MAX_ATTEMPTS, Limits, LocalPool, RayPool, Replica, local_worker,  # noqa: F401
-                                    schedule)
+# read_jobs ... schedule are also imported from here by tests and callers: this is the command's module
+from runtime.batch_input import (MAX_MESSAGE_BYTES, check_defaults, error_record, pack, read_input,  # noqa: F401
+                                 read_jobs, unpack)
+from runtime.batch_output import OutputFile, manifest_for
+from runtime.batch_replicas import Limits, LocalPool, RayPool, Replica, schedule  # noqa: F401
 from runtime.config import RunConfig, load_run_config
 from runtime.errors import UserError
 
@@ -216,8 +216,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     model_dir = resolve_model_dir(defaults.model)
     ModelConfig.from_dir(model_dir)   # a bad --model fails here, not in N replicas
     input_path, output_path = Path(args.input).expanduser(), Path(args.output).expanduser()
-    jobs, errors, total = read_jobs(input_path, defaults)
-    manifest = manifest_for(input_path, read_input(input_path), result_settings(defaults, model_dir))
+    data = read_input(input_path)
+    jobs, errors, total = read_jobs(input_path, defaults, data)
+    manifest = manifest_for(input_path, data, result_settings(defaults, model_dir))
     output = OutputFile(output_path, resume=args.resume, manifest=manifest, retry_errors=args.retry_errors)
     try:
         return _run_batch(args, defaults, jobs, errors, total, output, output_path, limits)

@@ -216,10 +216,11 @@ def record_id(raw: object, line: int) -> str:
     return job_id
 
 
-def read_jobs(path: Path, defaults: RunConfig) -> tuple[list[dict], list[dict], int]:
-    """(jobs, error records, total records) from a JSONL file. Blank lines are skipped; every other
-    line is a record. Duplicate ids and an input without records are refused (UserError)."""
-    data = read_input(path)
+def read_jobs(path: Path, defaults: RunConfig, data: bytes | None = None) -> tuple[list[dict], list[dict], int]:
+    """(jobs, error records, total records) from a JSONL file (or its bytes, read once by the
+    caller, which fingerprints the same bytes). Blank lines are skipped; every other line is a
+    record. Duplicate ids and an input without records are refused (UserError)."""
+    data = read_input(path) if data is None else data
     jobs, errors, seen = [], [], {}
     for line, raw_line in enumerate(data.split(b"\n"), start=1):
         if not raw_line.strip():

@@ -83,14 +83,6 @@ class OutputLock:
 
 
 # ------------------------------------------------------------------------------------- manifest
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def manifest_for(input_path: Path, input_bytes: bytes, settings: dict) -> dict:
     return {"version": MANIFEST_VERSION, "tool": "triforce batch",
             "input": {"path": str(input_path.resolve()), "bytes": len(input_bytes),

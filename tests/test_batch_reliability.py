@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from runtime.batch import OutputFile, Replica, error_record, pack, read_jobs, schedule, unpack
-from runtime.batch_input import MAX_LINE_BYTES
 from runtime.batch_output import manifest_for
 from runtime.batch_replicas import Limits
 from runtime.cli import main
