@@ -33,7 +33,8 @@ import torch
 from runtime.errors import UserError
 
 LANES = ("load_weight", "load_cache", "store_cache")
-SEGMENT_PREFIX = "triforce-"   # every arena is /dev/shm/triforce-<owner pid>-...: its owner can be told dead
+SEGMENT_PREFIX = "triforce-pid"   # every arena is /dev/shm/triforce-pid<owner pid>-...: its owner can be told dead
+PID_MAX = 1 << 22                 # Linux's largest pid_max: a larger number is not a pid
 SHM_DIR = "/dev/shm"
 
 
@@ -201,7 +202,7 @@ class HostTier:
 
 
 def owned_prefix(tag: str) -> str:
-    """triforce-<this pid>-<tag>: arenas named so are this process's, and remove_dead_segments
+    """triforce-pid<this pid>-<tag>: arenas named so are this process's, and remove_dead_segments
     removes them once this process is gone (a SIGKILL, a ray.kill)."""
     return f"{SEGMENT_PREFIX}{os.getpid()}-{tag}"
 
@@ -223,7 +224,7 @@ def open_segment(name: str) -> shared_memory.SharedMemory:
 
 
 def remove_dead_segments(shm_dir: str = SHM_DIR) -> list[str]:
-    """Removes the arenas whose owner process is dead (named triforce-<pid>-...); returns their names.
+    """Removes the arenas whose owner process is dead (named triforce-pid<pid>-...); returns their names.
     Called when `triforce batch` and `triforce generate` start."""
     try:
         names = os.listdir(shm_dir)
@@ -245,7 +246,7 @@ def _owner_pid(name: str) -> int | None:
     if not name.startswith(SEGMENT_PREFIX):
         return None
     head = name[len(SEGMENT_PREFIX):].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if head.isdigit() and 0 < int(head) < PID_MAX else None
 
 
 def _alive(pid: int) -> bool:

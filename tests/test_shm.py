@@ -61,10 +61,14 @@ def test_attach_never_leaves_the_segment_tracked(monkeypatch, version):
 
 
 def test_arenas_are_named_by_their_owner_pid():
-    assert owned_prefix("abc") == f"triforce-{os.getpid()}-abc"
+    assert owned_prefix("abc") == f"triforce-pid{os.getpid()}-abc"
     tier = HostTier(torch.device("cpu"))
-    assert tier.prefix.startswith(f"triforce-{os.getpid()}-")
+    assert tier.prefix.startswith(f"triforce-pid{os.getpid()}-")
     tier.close()
+    # names of other shapes (older versions, other tools) are never taken for a dead owner's
+    assert [tier_mod._owner_pid(n) for n in ("triforce-123456789012-x", "triforce-pid99999999999-x",
+                                             "triforce-abc-x", "other-pid12-x", "triforce-pid12-x")] == \
+        [None, None, None, None, 12]
 
 
 def test_a_killed_owners_arenas_are_removed_at_the_next_start():
