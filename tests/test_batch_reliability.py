@@ -338,3 +338,31 @@ def test_an_output_in_a_directory_that_cannot_be_made_is_one_line(capsys, tmp_pa
     (tmp_path / "file").write_text("x")
     code, err = run_cli(capsys, "batch", "--input", str(inp), "--output", str(tmp_path / "file" / "out.jsonl"))
     assert code == 2 and "cannot write" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_second_process_on_a_running_jobs_output_refuses_and_the_first_finishes_intact(tmp_path):
+    import subprocess
+    import sys
+    repo = Path(__file__).resolve().parents[1]
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"r{i}", "prompt": f"Count to {i}:"}) + "\n" for i in range(4)))
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "runtime.cli", "batch", "--input", str(inp), "--output", str(out),
+           "--max-new-tokens", "24", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    first = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not (tmp_path / "out.jsonl.lock").exists():
+            time.sleep(0.05)
+        second = subprocess.run(cmd + ["--resume"], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        assert first.poll() is None, "the first job ended before the second could try"
+        assert second.returncode == 2 and "is in use by another job" in second.stderr, second.stderr
+        assert f"pid {first.pid}" in second.stderr and len(second.stderr.strip().splitlines()) == 1
+        assert first.wait(timeout=300) == 0, first.stderr.read()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    records = [json.loads(l) for l in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == ["r0", "r1", "r2", "r3"] and all(r["status"] == "ok" for r in records)
