@@ -56,12 +56,11 @@ def connect_ray(num_cpus: int, address: str | None = None) -> None:
 
 
 def loopback_node() -> None:
-    """The private cluster's node on 127.0.0.1: Ray then binds its HTTP (metrics) servers to
-    loopback and advertises loopback addresses. Ray (2.60) has no public knob for this: its node
-    address comes from services.get_node_ip_address, which answers loopback when multi-node
-    clusters are off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at import, hence the
-    constant too). Its gRPC servers still listen on every interface, and refuse any call without
-    the token."""
+    """The private cluster's node on 127.0.0.1: Ray then binds its servers (GCS, raylet, agents,
+    workers, metrics) to loopback and advertises loopback addresses (tests/test_ray_private.py
+    lists them). Ray (2.60) has no public knob for this: its node address comes from
+    services.get_node_ip_address, which answers loopback when multi-node clusters are off
+    (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at import, hence the constant too)."""
     import ray._private.ray_constants as constants
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     constants.ENABLE_RAY_CLUSTER = False
@@ -71,6 +70,12 @@ def enable_private_token() -> None:
     """RAY_AUTH_MODE=token with a fresh token for a private cluster (never ~/.ray/auth_token:
     the token lives and dies with this process). An explicit RAY_AUTH_TOKEN is kept."""
     import secrets
+
+    import ray
+    major, minor = (int(p) for p in ray.__version__.split(".")[:2])
+    if (major, minor) < (2, 52):
+        raise UserError(f"Ray {ray.__version__} has no token authentication, which a private cluster needs; "
+                        "install Ray 2.52 or newer: pip install 'ray[default]>=2.52'")
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
