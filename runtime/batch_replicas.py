@@ -377,7 +377,10 @@ class Scheduler:
         self.in_flight: dict = {}      # slot -> [job, ...]
         self.sent_at: dict = {}        # slot -> time.monotonic() of the call in flight
         self.started_at = {slot: time.monotonic() for slot in range(len(pool.slots))}   # slots not yet ready
-        self.deaths, self.start_failures = Counter(), 0
+        self.deaths, self.start_failures, self.restarts = Counter(), 0, 0
+        # every job can cost at most MAX_ATTEMPTS deaths alone plus one in a batch: beyond this,
+        # replicas die of something else (idle crashes), and the job stops instead of cycling
+        self.max_restarts = 3 * len(pool.slots) + (MAX_ATTEMPTS + 1) * len(jobs)
 
     def run(self) -> None:
         while self.queue or self.in_flight:
@@ -427,6 +430,9 @@ class Scheduler:
         self.started_at[slot] = time.monotonic()
 
     def on_died(self, slot: int, reason: str) -> None:
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise UserError(f"replicas died {self.restarts} times, more than the records explain; last: {reason}")
         batch = self.in_flight.pop(slot, [])
         self.sent_at.pop(slot, None)
         if len(batch) > 1:
