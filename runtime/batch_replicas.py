@@ -59,6 +59,7 @@ class Replica:
         self.engine = Engine(self.defaults)
         vocab = self.engine.tokenizer.get_vocab() if hasattr(self.engine.tokenizer, "get_vocab") else {}
         # bytes a prompt may hold and still fit: no token is longer than the longest vocabulary entry
+        # (byte-level BPE: one character per byte); x4 leaves room for multi-byte spellings
         self.max_prompt_bytes = self.engine.cfg.max_context * 4 * max((len(t) for t in vocab), default=64)
 
     def run(self, message: bytes) -> bytes:
@@ -77,12 +78,13 @@ class Replica:
                 records[job["id"]] = error_record(job["id"], job["line"], describe(e))
         outcomes = self.generate(ready)
         for (job, run, ids), outcome in zip(ready, outcomes):
-            if isinstance(outcome, BaseException) and not isinstance(outcome, UserError) and len(ready) > 1:
-                outcome = self.generate([(job, run, ids)])[0]   # alone: a neighbour may have caused it
+            together = len(ready)
+            if isinstance(outcome, BaseException) and not isinstance(outcome, UserError) and together > 1:
+                outcome, together = self.generate([(job, run, ids)])[0], 1   # alone: a neighbour may have caused it
             self._check_sticky(outcome)
             record = records[job["id"]] = self.record(job, run, outcome)
             if record["status"] == "ok":
-                record["stats"]["batch"] = len(ready)   # sequences decoded together with this one
+                record["stats"]["batch"] = together   # sequences decoded together with this one
         return self.pack_results([records[job["id"]] for job in jobs])
 
     def generate(self, ready: list) -> list:
