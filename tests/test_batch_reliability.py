@@ -276,6 +276,7 @@ def test_disk_full_is_one_line_and_leaves_the_output_resumable(tmp_path, monkeyp
     assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["a"]
 
 
+@pytest.mark.slow   # ~30 s: three replica processes start (torch import) and fail
 def test_a_replica_that_cannot_load_fails_the_job_within_bounded_starts(capsys, tmp_path, default_model_dir):
     broken = tmp_path / "broken-model"
     shutil.copytree(default_model_dir, broken, ignore=shutil.ignore_patterns("model.safetensors", "drafter*"))
