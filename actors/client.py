@@ -31,18 +31,56 @@ def worker_env() -> dict:
 
 
 def connect(run: RunConfig) -> None:
-    """Joins run.ray_address (or $RAY_ADDRESS); without either starts a local cluster sized for
-    the run (logical CPUs: the shards and the coordinator each reserve ray_cpus)."""
+    """Joins run.ray_address (or $RAY_ADDRESS); without either starts a private local cluster
+    sized for the run (logical CPUs: the shards and the coordinator each reserve ray_cpus)."""
+    cpus = max(os.cpu_count() or 1, int(-(-(run.tp * run.pp + 1) * run.ray_cpus // 1)))
+    connect_ray(num_cpus=cpus, address=run.ray_address)
+
+
+def connect_ray(num_cpus: int, address: str | None = None) -> None:
+    """Joins `address` (or $RAY_ADDRESS: a cluster, or the one of `ray job submit`); without
+    either starts a private cluster for this process: token authentication on (a fresh random
+    token, held in this process's environment and inherited by Ray's processes only) and the node
+    on loopback, so nothing on the network can reach it."""
     import ray
     if ray.is_initialized():
         return
-    address = run.ray_address or os.environ.get("RAY_ADDRESS")
+    address = address or os.environ.get("RAY_ADDRESS")
     kwargs = dict(runtime_env=worker_env() or None, logging_level="WARNING", log_to_driver=True)
-    if address is None:
-        cpus = max(os.cpu_count() or 1, int(-(-(run.tp * run.pp + 1) * run.ray_cpus // 1)))
-        ray.init(num_cpus=cpus, include_dashboard=False, **kwargs)
-    else:
+    if address is not None:
         ray.init(address=address, **kwargs)
+        return
+    enable_private_token()
+    loopback_node()
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **kwargs)
+
+
+def loopback_node() -> None:
+    """The private cluster's node on 127.0.0.1: Ray then binds its servers (GCS, raylet, agents,
+    workers, metrics) to loopback and advertises loopback addresses (tests/test_ray_private.py
+    lists them). Ray (2.60) has no public knob for this: its node address comes from
+    services.get_node_ip_address, which answers loopback when multi-node clusters are off
+    (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once at import, hence the constant too)."""
+    import ray._private.ray_constants as constants
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants.ENABLE_RAY_CLUSTER = False
+
+
+def enable_private_token() -> None:
+    """RAY_AUTH_MODE=token with a fresh token for a private cluster (never ~/.ray/auth_token:
+    the token lives and dies with this process). An explicit RAY_AUTH_TOKEN is kept."""
+    import secrets
+
+    import ray
+    major, minor = (int(p) for p in ray.__version__.split(".")[:2])
+    if (major, minor) < (2, 52):
+        raise UserError(f"Ray {ray.__version__} has no token authentication, which a private cluster needs; "
+                        "install Ray 2.52 or newer: pip install 'ray[default]>=2.52'")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+    from ray._private.authentication import authentication_token_setup as setup   # Ray >= 2.52
+    setup._enable_token_auth()   # refreshes Ray's cached config: this process sees token mode too
 
 
 def shard_gpus(run: RunConfig) -> int:

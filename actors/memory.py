@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from offload.tier import HostTier
+from offload.tier import HostTier, owned_prefix, remove_dead_segments
 from runtime.config import ModelConfig
 from runtime.model import TORCH_DTYPES, Transformer, checkpoint_files
 
@@ -32,8 +32,10 @@ class NodeMemory:
     process on the node maps by name) with its accounting and the weights published in it."""
 
     def __init__(self, prefix: str):
-        # unique per instance: an arena leaked by a killed predecessor never collides
-        self.tier = HostTier(torch.device("cpu"), prefix=f"{prefix}-{secrets.token_hex(3)}")
+        # unique per instance: an arena leaked by a killed predecessor never collides, and is
+        # removed here (its owner pid is dead) before this one allocates
+        remove_dead_segments()
+        self.tier = HostTier(torch.device("cpu"), prefix=owned_prefix(f"{prefix}-{secrets.token_hex(3)}"))
         self.names: dict[str, str] = {}      # key -> arena name in the tier
         self.manifests: dict[str, dict] = {}
 
@@ -131,8 +133,8 @@ class MemoryActor:
         return self.tier.usage()
 
     def close(self) -> None:
-        """Frees every arena (called before the actor is killed; a crash leaves the cleanup to
-        Python's resource tracker)."""
+        """Frees every arena (called before the actor is killed; after a crash or a ray.kill the
+        next start on the node removes them: offload.tier.remove_dead_segments)."""
         self.tier.close()
 
 

@@ -128,11 +128,15 @@ class ShardState:
         return out if out.device.type == "cpu" else out.cpu()  # host sync: results travel through the object store
 
 
-def free_port() -> int:
+def listen_socket(address: str):
+    """A listening TCP socket on `address` (the node's cluster address), port chosen by the OS:
+    the process group's rendezvous store serves on it, never on every interface (0.0.0.0)."""
     import socket
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.bind((address, 0))
+    sock.listen(128)
+    return sock
 
 
 class ShardActor:
@@ -142,11 +146,15 @@ class ShardActor:
         torch.set_num_threads(threads)
         self.state = ShardState(**state)
         self.exit_in: int | None = None
+        self.store_socket = None   # rank 0: the rendezvous store's listening socket, bound in rendezvous()
 
     def rendezvous(self) -> tuple[str, int]:
-        """Address and a free port for the process group (asked of global rank 0)."""
+        """Address and port for the process group (asked of global rank 0), already bound to this
+        node's cluster address, so that no other process can take the port in between."""
         import ray
-        return ray.util.get_node_ip_address(), free_port()
+        address = ray.util.get_node_ip_address()
+        self.store_socket = listen_socket(address)
+        return address, self.store_socket.getsockname()[1]
 
     def connect(self, address: str, port: int, rank: int, world: int, groups: list[list[int]],
                 timeout_s: float) -> None:
@@ -154,8 +162,12 @@ class ShardActor:
         rank creates every TP group, in the same order, as torch.distributed requires."""
         import torch.distributed as dist
         backend = "nccl" if self.state.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout_s))
+        timeout = timedelta(seconds=timeout_s)
+        if rank == 0:   # the store serves on the socket rendezvous() bound to the cluster address
+            store = dist.TCPStore(address, port, world, True, timeout, master_listen_fd=self.store_socket.fileno())
+        else:
+            store = dist.TCPStore(address, port, world, False, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         mine = None
         for ranks in groups:
             group = dist.new_group(ranks)

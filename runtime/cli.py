@@ -129,7 +129,9 @@ def summary_line(result) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from offload.tier import remove_dead_segments
     from runtime.backends import open_engine
+    remove_dead_segments()   # host-tier arenas of killed runs
     run = run_config_from_args(args)
     text = prompt_text(run)
     engine = open_engine(run)

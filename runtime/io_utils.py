@@ -58,14 +58,21 @@ def swap_in(tmp: Path, out: Path) -> None:
 
 @contextmanager
 def building(out: Path) -> Iterator[Path]:
-    """A fresh temp dir beside `out` to write into; on success its files are made world-readable
-    and it is swapped in for `out`, on any failure it is removed."""
+    """A fresh temp dir beside `out` to write into; on success its files are made world-readable,
+    fsynced, hashed into READY.json and verified, and it is swapped in for `out`; on any failure it
+    is removed."""
+    from runtime.durable import check_ready, fsync_dir, write_ready
     tmp = _fresh_dir(out)
     try:
         yield tmp
         for file in tmp.iterdir():
             file.chmod(0o644)
+        write_ready(tmp)
+        problem = check_ready(tmp, full=True)
+        if problem:
+            raise RuntimeError(f"checkpoint in {str(tmp)!r} does not verify after writing: {problem}")
         swap_in(tmp, out)
+        fsync_dir(out.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

