@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from runtime.config import DTYPES, MODES, RunConfig, load_run_config
+from runtime.config import DTYPES, MODES, WEIGHT_KINDS, RunConfig, load_run_config
 from runtime.errors import UserError
 
 
@@ -49,6 +49,12 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
     p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
+    p.add_argument("--middle-weights", choices=WEIGHT_KINDS, help="middle (retrieval) level on a weight-only "
+                   "quantized copy of the target (retrieval, triforce); the full target keeps its own weights")
+    p.add_argument("--draft-weights", choices=WEIGHT_KINDS, help="drafter on a weight-only quantized copy "
+                   "(spec, triforce)")
+    p.add_argument("--draft-vocab", type=int, help="drafter head pruned to the N most frequent tokens of its "
+                   "distillation corpus (0 = full vocabulary); output stays exact")
     p.add_argument("--draft-window", type=int, help="drafter StreamingLLM recent window")
     p.add_argument("--draft-sinks", type=int, help="drafter StreamingLLM sink tokens")
     p.add_argument("--on-chip-layers", type=int, help="layers whose full KV cache stays on the device; the rest "
@@ -60,8 +66,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 RUN_FLAGS = ("model", "chat", "max_new_tokens", "mode", "temperature", "top_p", "top_k", "seed", "dtype", "device",
              "prefill_chunk", "rope_scaling", "draft_model", "gamma1", "gamma2", "retrieval_budget", "chunk_size",
-             "retrieval_recent", "retrieval_rebuild", "draft_window", "draft_sinks", "on_chip_layers",
-             "offload_weights", "offload")  # the RunConfig keys add_run_args fills
+             "retrieval_recent", "retrieval_rebuild", "middle_weights", "draft_weights", "draft_vocab",
+             "draft_window", "draft_sinks", "on_chip_layers", "offload_weights", "offload")  # the RunConfig keys add_run_args fills
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -124,7 +130,8 @@ def summary_line(result) -> str:
     if len(levels) > 1:
         parts = [f"{name} accepted {lv['accepted']}/{lv['drafted']} ({lv.get('acceptance', 0):.0%})"
                  for name, lv in levels.items() if lv["drafted"]]
-        times = ", ".join(f"{name} {lv['seconds']:.2f} s" for name, lv in levels.items())
+        times = ", ".join(f"{name} {lv['seconds']:.2f} s" + (f" ({lv['weights']})" if lv.get("weights", "same") != "same"
+                                                            else "") for name, lv in levels.items())
         line += (f"\n[triforce] {'; '.join(parts)} | {s['tokens_per_target_pass']} tokens per target pass"
                  f" | time per level: {times}")
     off = s.get("offload")

@@ -17,7 +17,7 @@ from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.errors import UserError
 from runtime.generate import decode, timed
-from runtime.model import Transformer, load_model
+from runtime.model import Transformer, fuse_projections, load_model
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
 
 
@@ -73,11 +73,11 @@ class Engine:
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
         if run.offload_weights or run.offload == "auto" and weights_need_offload(self.cfg, run, self.device):
-            self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
+            self.model = fuse_projections(load_model(self.model_dir, run.dtype, "cpu", self.cfg))  # need not fit the device
             from offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
         else:
-            self.model = load_model(self.model_dir, run.dtype, self.device, self.cfg)
+            self.model = fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg))
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
@@ -118,7 +118,28 @@ class Engine:
             raise UserError(f"drafter {str(draft_dir)!r} has {draft_cfg.max_context} positions, fewer than its "
                             f"cache (draft_sinks {run.draft_sinks} + draft_window {run.draft_window}); shrink the window")
         self.draft_dir = draft_dir
-        return load_model(draft_dir, run.dtype, self.device, draft_cfg)
+        return fuse_projections(load_model(draft_dir, run.dtype, self.device, draft_cfg))
+
+    def level_model(self, run: RunConfig, role: str) -> Transformer:
+        """The model a lower level runs on: the target for role "middle", the drafter for "drafter",
+        each as a quantized and/or vocabulary-pruned copy when run says so (built once per setting
+        and kept). The full target never goes through here: it always runs on its own weights."""
+        from runtime.quant import lower_level_copy
+        if role == "middle":
+            source, weights, vocab = self.model, run.middle_weights, 0
+        else:
+            source, weights, vocab = self.drafter, run.draft_weights, run.draft_vocab
+        built = self.__dict__.setdefault("_level_models", {})   # (RayEngine has its own __init__)
+        key = (role, weights, vocab)
+        if key not in built:
+            kept = None
+            if vocab:
+                from runtime.vocab import corpus_token_counts, kept_token_ids
+                counts = corpus_token_counts(self.tokenizer, self.cfg.vocab_size)
+                always = list(self.tokenizer.all_special_ids) + list(self.cfg.eos_token_ids)
+                kept = kept_token_ids(counts, vocab, always)
+            built[key] = lower_level_copy(source, weights, kept)
+        return built[key]
 
     def encode(self, text: str, chat: bool = False) -> list[int]:
         if not text or not text.strip():
@@ -157,12 +178,12 @@ class Engine:
             return Level(name, model, cache, params, max(1, window // 2))
 
         def drafter():
-            return streaming("drafter", self.drafter, run.draft_sinks, run.draft_window)
+            return streaming("drafter", self.level_model(run, "drafter"), run.draft_sinks, run.draft_window)
 
         def retrieval():
             cache = RetrievalCache(self.cfg, rope, 1, run.retrieval_budget, run.chunk_size,
                                    run.max_new_tokens + run.gamma2 + 2, dev, dt, recent=run.recent_tokens)
-            return Level("retrieval", self.model, cache, params, run.prefill_chunk)
+            return Level("retrieval", self.level_model(run, "middle"), cache, params, run.prefill_chunk)
 
         if run.mode == "ar":
             return [target], []
