@@ -74,23 +74,28 @@ class Int4Linear(_QuantLinear):
         if linear.weight.device.type != "cpu":
             raise UserError(f"int4 weights run on the CPU kernel only (the model is on {linear.weight.device}); "
                             "use int8 there")
-        w = linear.weight.detach().float().view(out, inp // INT4_GROUP, INT4_GROUP)  # [out, G, g]
+        rows = -(-out // 16) * 16          # the kernel packs rows in tiles of 16: zero rows pad the rest
+        w = torch.zeros(rows, inp, device=linear.weight.device)
+        w[:out] = linear.weight.detach().float()
+        w = w.view(rows, inp // INT4_GROUP, INT4_GROUP)                          # [rows, G, g]
         low, high = w.amin(-1), w.amax(-1)                                       # [out, G]
         scale = ((high - low) / 15).clamp_min(1e-12)
-        q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(out, inp)
-        self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))  # [out, in/2] uint8
+        q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(rows, inp)
+        self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))  # [rows, in/2] uint8
         zero = low + 8 * scale
-        self.register_buffer("scales_and_zeros",                                 # [G, out, 2]
+        self.register_buffer("scales_and_zeros",                                 # [G, rows, 2]
                              torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(linear.weight.dtype))
         self._codes = q   # kept for dequantized() (tests); dropped by drop_codes()
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.qweight, INT4_GROUP, self.scales_and_zeros)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.qweight, INT4_GROUP, self.scales_and_zeros)
+        return y if y.shape[-1] == self.out_features else y[:, :self.out_features].contiguous()
 
     def dequantized(self) -> torch.Tensor:
-        sz = self.scales_and_zeros.float().transpose(0, 1)                       # [out, G, 2]
-        q = self._codes.float().view(self.out_features, -1, INT4_GROUP)          # [out, G, g]
-        return ((q - 8) * sz[..., :1] + sz[..., 1:]).view(self.out_features, self.in_features)
+        sz = self.scales_and_zeros.float().transpose(0, 1)                       # [rows, G, 2]
+        q = self._codes.float().view(len(self._codes), -1, INT4_GROUP)           # [rows, G, g]
+        w = ((q - 8) * sz[..., :1] + sz[..., 1:]).view(len(self._codes), self.in_features)
+        return w[:self.out_features]                                             # [out, in]
 
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
