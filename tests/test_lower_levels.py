@@ -70,9 +70,13 @@ def test_bad_settings_are_refused_by_name():
 # --- the acceptance rule with quantized / pruned lower levels, through the real Level code ---
 
 def chi_square_p_value(freqs, expected, samples):
-    """P(chi-square >= observed) over the histogram's cells (as tests/test_speculate.py)."""
-    stat = (samples * (freqs - expected) ** 2 / expected).sum()
-    dof = torch.tensor(expected.numel() - 1.0)
+    """P(chi-square >= observed), as tests/test_speculate.py, with the cells expecting fewer than 5
+    counts lumped into one (the chi-square approximation needs that)."""
+    small = expected * samples < 5
+    f = torch.cat([freqs[~small], freqs[small].sum()[None]])
+    e = torch.cat([expected[~small], expected[small].sum()[None]])
+    stat = (samples * (f - e) ** 2 / e.clamp_min(1e-12)).sum()
+    dof = torch.tensor(len(e) - 1.0)
     return torch.special.gammaincc(dof / 2, stat / 2).item()
 
 
@@ -88,7 +92,7 @@ def tiny_target(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny")
     transformers.LlamaForCausalLM(cfg).eval().save_pretrained(path)
     model = fuse_projections(load_model(path))
-    model.lm_head.weight.mul_(60)      # random init is near uniform: spread the logits out
+    model.lm_head.weight.mul_(15)      # random init is near uniform: spread the logits out
     return model
 
 
@@ -97,7 +101,16 @@ def level(name, model, params):
     return Level(name, model, cache, params, 8)
 
 
-def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target):
+@pytest.fixture
+def one_thread():
+    """Tiny passes are all overhead; on a shared CPU, thread hand-offs make them 10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target, one_thread):
     params = SamplingParams(temperature=1.0)
     drafter = lower_level_copy(tiny_target, "int4", kept=torch.tensor([0, 2, 3]))   # zero mass on 1, 4, 5
     middle = lower_level_copy(tiny_target, "int8")
@@ -110,7 +123,7 @@ def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_tar
                       for x in range(V)])
     expected = p1[:, None] * p2                                                      # [V, V]
     assert expected[:, [1, 4, 5]].sum() > 0.1   # the target often wants tokens the drafter cannot propose
-    samples, gen = 3000, torch.Generator().manual_seed(0)
+    samples, gen = 2000, torch.Generator().manual_seed(0)
     counts = torch.zeros(V, V)
     for _ in range(samples):
         for lv in stack:
