@@ -154,13 +154,14 @@ def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
 @pytest.fixture(scope="module")
 def engine(default_model_dir):
     from runtime.engine import Engine
-    return Engine(RunConfig(mode="triforce", dtype="bf16"))
+    return Engine(RunConfig(mode="triforce"))   # fp32: in bf16 a T-token verify pass rounds differently
+                                                # from `ar`'s 1-token passes, so near-ties can flip
 
 
 def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine):
     from runtime.assets import kjv_books
     ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:180]
-    base = dict(dtype="bf16", max_new_tokens=16, retrieval_budget=96, chunk_size=8, draft_sinks=4,
+    base = dict(max_new_tokens=16, retrieval_budget=96, chunk_size=8, draft_sinks=4,
                 draft_window=60, gamma1=2, gamma2=4, retrieval_rebuild="every:8")
     expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
     for kw in [dict(mode="triforce", middle_weights="int8", draft_weights="int4", draft_vocab=2000),
