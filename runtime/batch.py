@@ -159,7 +159,7 @@ NOT_RESULT_SETTINGS = ("batch_size", "backend", "tp", "pp", "ray_address", "ray_
 
 
 def add_batch_parser(sub) -> None:
-    from runtime.cli import add_run_args
+    from runtime.run_args import add_run_args
     p = sub.add_parser("batch", help="run a JSONL file of requests: durable, resumable, with replicas")
     p.add_argument("--input", required=True, help='JSONL: one {"id", "prompt" | "prompt_file" | "messages", ...} per line')
     p.add_argument("--output", required=True, help="JSONL of results, appended as records finish")

@@ -128,7 +128,7 @@ class Replica:
 
     def prepare(self, job: dict) -> tuple[RunConfig, list[int]]:
         """The job's RunConfig and prompt token ids (UserError: unreadable file, too long, ...)."""
-        from runtime.cli import prompt_text
+        from runtime.run_args import prompt_text
         run = check_params(job["params"], self.defaults)
         if "messages" in job:
             tok = self.engine.tokenizer

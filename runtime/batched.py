@@ -36,7 +36,7 @@ class Request:
     model: torch.nn.Module
     tokens: torch.Tensor              # [1, T]
     cache: object                     # the sequence's KVCache for this level
-    last_only: bool
+    last_only: int                    # logits rows wanted: the last n positions (0/False = all)
     logits: torch.Tensor | None = None
     error: BaseException | None = None
     done: bool = False
@@ -45,7 +45,7 @@ class Request:
 @torch.inference_mode()
 def packed_forward(model, requests: list[Request]) -> list[torch.Tensor]:
     """One pass of `model` over several sequences' new tokens, each with its own cache.
-    Returns each request's logits [1, T_i, V] ([1, 1, V] with last_only), float32."""
+    Returns each request's logits [1, R_i, V] (the last_only rows; all T_i when 0), float32."""
     sizes = [r.tokens.shape[1] for r in requests]
     tables = [r.cache.begin(n) for r, n in zip(requests, sizes)]               # each [1, T_i, D]
     cos = torch.cat([c for c, _ in tables], dim=1)                             # [1, ΣT, D]
@@ -55,9 +55,7 @@ def packed_forward(model, requests: list[Request]) -> list[torch.Tensor]:
         attn = layer.self_attn
         h = layer.input_layernorm(x)
         n = h.shape[1]
-        q = attn.q_proj(h).view(1, n, attn.H, attn.D).transpose(1, 2)           # [1, H, ΣT, D]
-        k = attn.k_proj(h).view(1, n, attn.Hkv, attn.D).transpose(1, 2)         # [1, Hkv, ΣT, D] before RoPE
-        v = attn.v_proj(h).view(1, n, attn.Hkv, attn.D).transpose(1, 2)         # [1, Hkv, ΣT, D]
+        q, k, v = attn.project(h)                         # [1, H | Hkv, ΣT, D], k before RoPE
         q = Rope.rotate(q, cos, sin)
         outs = []
         for r, q_i, k_i, v_i in zip(requests, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)):
@@ -68,7 +66,7 @@ def packed_forward(model, requests: list[Request]) -> list[torch.Tensor]:
     for r in requests:
         r.cache.end()
     ends = torch.tensor(sizes, device=x.device).cumsum(0).tolist()             # host values: split points
-    picks = [torch.arange(e - 1 if r.last_only else e - t, e) for r, e, t in zip(requests, ends, sizes)]
+    picks = [torch.arange(e - min(int(r.last_only) or t, t), e) for r, e, t in zip(requests, ends, sizes)]
     rows = x[0, torch.cat(picks).to(x.device)]                                 # [R, E] only the rows asked for
     logits = model.lm_head(model.model.norm(rows)).float()                     # [R, V]
     return [part[None] for part in logits.split([len(p) for p in picks])]      # each [1, T_i | 1, V]
@@ -161,9 +159,14 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
     if len(prompts) > 1 and not hasattr(engine.model.model.layers[0], "self_attn"):
         raise UserError(f"batch_size {len(prompts)} with offload_weights is not supported (packed passes need "
                         "resident layer weights); use batch_size 1 or keep the weights on the device")
-    for run in runs:   # load the drafter here, not lazily inside a sequence thread
+    for run in runs:   # load the drafter and build lower-level copies here, not inside a sequence thread
         if run.mode in DRAFTER_MODES and engine.drafter is None:
             engine.drafter = engine.load_drafter(run)
+        if run.mode in ("retrieval", "triforce"):
+            engine.level_model(run, "middle")
+        if run.mode in DRAFTER_MODES:
+            engine.level_model(run, "drafter")
+    lower = engine.__dict__.get("_level_models", {})
     batcher = Batcher(len(prompts))
     outcome = BatchOutcome(results=[None] * len(prompts))
 
@@ -172,6 +175,7 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
         seq_engine.keep_prefill = False
         seq_engine.model = SequenceModel(engine.model, batcher)
         seq_engine.drafter = SequenceModel(engine.drafter, batcher) if engine.drafter is not None else None
+        seq_engine._level_models = {key: SequenceModel(m, batcher) for key, m in lower.items()}
         try:
             outcome.results[i] = seq_engine.generate(prompts[i], runs[i])
         except Exception as e:   # noqa: BLE001 -- handed back as this sequence's outcome, not swallowed
@@ -186,7 +190,9 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
     batcher.run_until_done()
     for t in threads:
         t.join()
-    names = {id(engine.model): "target", id(engine.drafter): "drafter"}
+    names = {id(m): f"{role}-{weights}" + (f"-vocab{vocab}" if vocab else "")
+             for (role, weights, vocab), m in lower.items()}
+    names.update({id(engine.model): "target", id(engine.drafter): "drafter"})
     outcome.passes = {names[k]: n for k, n in batcher.passes.items()}
     outcome.packed_rows = {names[k]: n for k, n in batcher.packed_rows.items()}
     return outcome

@@ -164,6 +164,7 @@ def with_rope_scaling(cfg: ModelConfig, spec: str | None) -> ModelConfig:
 DTYPES = ("fp32", "bf16", "fp16")
 BACKENDS = ("local", "ray")
 MODES = ("ar", "spec", "retrieval", "streaming", "triforce")  # see runtime/speculate.py
+WEIGHT_KINDS = ("same", "int8", "int4")  # lower levels' weights (runtime/quant.py)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,9 @@ class RunConfig:
     retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
                                          # (None: min(256, budget // 4))
     retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
+    middle_weights: str = "same"    # the middle (retrieval) level's weights: same | int8 | int4 (a quantized copy)
+    draft_weights: str = "same"     # the drafter's weights: same | int8 | int4 (a quantized copy)
+    draft_vocab: int = 0            # drafter head pruned to the N most frequent corpus tokens; 0 = full vocabulary
     # --- offloading (offload/) ---
     on_chip_layers: int | None = None  # layers whose full KV stays on the device; the rest live in the
                                        # host tier and stream per layer (None = all on the device)
@@ -232,6 +236,19 @@ class RunConfig:
         if self.retrieval_budget < 2 * self.chunk_size:
             raise UserError(f"retrieval_budget {self.retrieval_budget} must hold at least two chunks of "
                             f"chunk_size {self.chunk_size}")
+        for name in ("middle_weights", "draft_weights"):
+            if getattr(self, name) not in WEIGHT_KINDS:
+                raise UserError(f"{name} {getattr(self, name)!r} is not one of {', '.join(WEIGHT_KINDS)} "
+                                "(same = the model's own weights)")
+        if isinstance(self.draft_vocab, bool) or not isinstance(self.draft_vocab, int) or self.draft_vocab < 0:
+            raise UserError(f"draft_vocab {self.draft_vocab!r} must be an integer >= 0 (0 = the full vocabulary)")
+        lower = self.middle_weights != "same" or self.draft_weights != "same" or self.draft_vocab
+        if lower and self.backend == "ray":
+            raise UserError("middle_weights, draft_weights and draft_vocab are not wired into --backend ray yet; "
+                            "run them with --backend local")
+        if self.middle_weights != "same" and (self.offload_weights or self.offload != "none"):
+            raise UserError(f"middle_weights {self.middle_weights} with offload_weights / offload auto is not "
+                            "supported (the quantized copy needs resident weights); use middle_weights same")
         if self.on_chip_layers is not None and self.on_chip_layers < 0:
             raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
         if self.gamma not in ("fixed", "auto"):

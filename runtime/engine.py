@@ -20,7 +20,7 @@ from runtime.decode import decode, timed
 from runtime.drafter import default_drafter_dir
 from runtime.errors import UserError
 from runtime.gamma import GammaTuner, auto_caps, chain
-from runtime.model import Transformer, load_model
+from runtime.model import Transformer, fuse_projections, load_model
 from runtime.modes import LevelSpec, make_cache, mode_levels
 from runtime.probes import resolve_device
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
@@ -71,11 +71,11 @@ class Engine:
         self.weights_streamed = bool(run.offload_weights or run.offload == "auto"
                                      and weights_need_offload(self.cfg, run, self.device))
         if self.weights_streamed:
-            self.model = load_model(self.model_dir, run.dtype, "cpu", self.cfg)  # need not fit the device
+            self.model = fuse_projections(load_model(self.model_dir, run.dtype, "cpu", self.cfg))  # need not fit the device
             from offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
         else:
-            self.model = load_model(self.model_dir, run.dtype, self.device, self.cfg)
+            self.model = fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg))
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
@@ -116,7 +116,28 @@ class Engine:
             raise UserError(f"drafter {str(draft_dir)!r} has {draft_cfg.max_context} positions, fewer than its "
                             f"cache (draft_sinks {run.draft_sinks} + draft_window {run.draft_window}); shrink the window")
         self.draft_dir = draft_dir
-        return load_model(draft_dir, run.dtype, self.device, draft_cfg)
+        return fuse_projections(load_model(draft_dir, run.dtype, self.device, draft_cfg))
+
+    def level_model(self, run: RunConfig, role: str) -> Transformer:
+        """The model a lower level runs on: the target for role "middle", the drafter for "drafter",
+        each as a quantized and/or vocabulary-pruned copy when run says so (built once per setting
+        and kept). The full target never goes through here: it always runs on its own weights."""
+        from runtime.quant import lower_level_copy
+        if role == "middle":
+            source, weights, vocab = self.model, run.middle_weights, 0
+        else:
+            source, weights, vocab = self.drafter, run.draft_weights, run.draft_vocab
+        built = self.__dict__.setdefault("_level_models", {})   # (RayEngine has its own __init__)
+        key = (role, weights, vocab)
+        if key not in built:
+            kept = None
+            if vocab:
+                from runtime.vocab import corpus_token_counts, kept_token_ids
+                counts = corpus_token_counts(self.tokenizer, self.cfg.vocab_size)
+                always = list(self.tokenizer.all_special_ids) + list(self.cfg.eos_token_ids)
+                kept = kept_token_ids(counts, vocab, always)
+            built[key] = lower_level_copy(source, weights, kept)
+        return built[key]
 
     def encode(self, text: str, chat: bool = False) -> list[int]:
         if not text or not text.strip():
@@ -145,11 +166,14 @@ class Engine:
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
         """The levels of run.mode (runtime/modes.py), smallest proposer first, and the gammas between them."""
         specs, gammas = mode_levels(run, capacity)
-        models = {"target": self.model, "drafter": self.drafter}
         ropes = {}  # one RoPE table per (model, positions): the full and retrieval caches share one
 
         def level(spec: LevelSpec) -> Level:
-            model, key = models[spec.model], (spec.model, spec.cache.positions)
+            # the full target runs on its own weights; the middle level and the drafter may run on
+            # quantized / vocabulary-pruned copies (level_model)
+            role = "middle" if spec.cache.kind == "retrieval" else spec.model
+            model = self.model if spec.cache.kind == "full" or spec.name == "streaming" else self.level_model(run, role)
+            key = (spec.model, spec.cache.positions)
             if key not in ropes:
                 ropes[key] = model.rope(spec.cache.positions)
             rope = ropes[key]

@@ -48,11 +48,21 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(self.H * self.D, E, bias=cfg.o_bias)
 
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, E] -> q [B, H, T, D], k and v [B, Hkv, T, D] (k before RoPE): one matmul once
+        fuse_projections has run, three on the checkpoint's own modules."""
+        B, T, _ = x.shape
+        if hasattr(self, "qkv_proj"):
+            q, k, v = self.qkv_proj(x).split((self.H * self.D, self.Hkv * self.D, self.Hkv * self.D), -1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return (q.view(B, T, self.H, self.D).transpose(1, 2),           # [B, H, T, D]
+                k.view(B, T, self.Hkv, self.D).transpose(1, 2),         # [B, Hkv, T, D]
+                v.view(B, T, self.Hkv, self.D).transpose(1, 2))         # [B, Hkv, T, D]
+
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
         B, T, _ = x.shape                                              # x [B, T, E]
-        q = self.q_proj(x).view(B, T, self.H, self.D).transpose(1, 2)    # [B, H, T, D]
-        k = self.k_proj(x).view(B, T, self.Hkv, self.D).transpose(1, 2)  # [B, Hkv, T, D] before RoPE
-        v = self.v_proj(x).view(B, T, self.Hkv, self.D).transpose(1, 2)  # [B, Hkv, T, D]
+        q, k, v = self.project(x)
         q = Rope.rotate(q, cos, sin)
         k, v = cache.update(self.layer, q, k, v)                          # [B, Hkv, S, D]
         out = attend(q, k, v)                                          # [B, T, H, D]
@@ -68,7 +78,11 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(F_, E, bias=cfg.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if hasattr(self, "gate_up_proj"):                              # fused: one [E] -> [2F] matmul
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)           # each [B, T, F]
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -112,20 +126,27 @@ class Transformer(nn.Module):
         return Rope(self.cfg, run_length, self.device, self.dtype)
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
-        """tokens [B, T] -> logits [B, T, V] float32 ([B, 1, V] with last_only, as prefill wants)."""
+    def forward(self, tokens: torch.Tensor, cache: KVCache, last_only: int = False) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, R, V] float32 for the last R positions only.
+
+        last_only is a row count (the name is the wire contract of the shard actors, which pass it
+        through): False/0 = every position (R = T); True/1 = the last one, as prefill wants;
+        n = the last n, as a verify pass wants (Level.feed's keep_last). The head is V wide
+        (49152 x 576 for SmolLM2: a fifth of the target's weights, two thirds of its drafter's), so
+        rows nobody reads are skipped."""
         return self.logits(tokens, cache, last_only)
 
-    def logits(self, tokens: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
+    def logits(self, tokens: torch.Tensor, cache: KVCache, last_only: int = False) -> torch.Tensor:
         """forward() without inference mode, for training (distillation) through autograd."""
         cos, sin = cache.begin(tokens.shape[1])
         x = self.model.embed_tokens(tokens)                            # [B, T, E]
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache)
         cache.end()
-        if last_only:
-            x = x[:, -1:]
-        return self.lm_head(self.model.norm(x)).float()                # [B, T, V]
+        rows = int(last_only)
+        if 0 < rows < x.shape[1]:
+            x = x[:, -rows:]                                           # [B, R, E]
+        return self.lm_head(self.model.norm(x)).float()                # [B, R, V]
 
 
 def checkpoint_files(model_dir: Path) -> list[Path]:
@@ -167,3 +188,32 @@ def load_model(model_dir: str | Path, dtype: str = "fp32", device: str | torch.d
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval().requires_grad_(False)
+
+
+def _fused(parts: list[nn.Linear]) -> nn.Linear:
+    """One Linear computing the concatenation of `parts`' outputs (same input)."""
+    weight = torch.cat([p.weight for p in parts])                      # [sum(out), in]
+    bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        fused.bias = nn.Parameter(bias, requires_grad=False)
+    return fused
+
+
+def fuse_projections(model: Transformer) -> Transformer:
+    """Fewer, larger matmuls per layer (a transform of a loaded model, in place): q/k/v become one
+    qkv_proj [E] -> [(H + 2 Hkv) D] and gate/up one gate_up_proj [E] -> [2F]; 7 matmuls per layer
+    become 4. Same arithmetic per output element, so logits equal the unfused model's up to the
+    matmul kernel's blocking. State-dict names change (qkv_proj, gate_up_proj): fuse after loading,
+    and after sharding (parallel.apply_tp slices the checkpoint's q/k/v and gate/up), never before
+    exporting a checkpoint."""
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if hasattr(attn, "q_proj"):
+            attn.qkv_proj = _fused([attn.q_proj, attn.k_proj, attn.v_proj])
+            del attn.q_proj, attn.k_proj, attn.v_proj
+        if hasattr(mlp, "gate_proj"):
+            mlp.gate_up_proj = _fused([mlp.gate_proj, mlp.up_proj])
+            del mlp.gate_proj, mlp.up_proj
+    return model

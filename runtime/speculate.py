@@ -23,6 +23,7 @@ import torch
 from runtime.accept import accept
 from runtime.cache import KVCache
 from runtime.model import Transformer
+from runtime.quant import weight_bytes
 from runtime.sampling import SamplingParams, probs_from_logits
 
 
@@ -48,6 +49,8 @@ class Level:
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
         self.stats = LevelStats()
         self.traffic = None          # offload.tier.Traffic when the level's passes move data between tiers
+        self.weights = getattr(model, "weights", "same")   # same | int8 | int4 (+vocabN): runtime/quant.py
+        self.weight_bytes = weight_bytes(model)             # bytes of weights one pass reads
 
     def feed(self, seq: list[int], keep_last: int = 0) -> torch.Tensor | None:
         """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
@@ -59,7 +62,8 @@ class Level:
         for i in range(0, len(todo), self.max_pass):
             part = torch.tensor([todo[i:i + self.max_pass]], device=self.model.device)  # [1, T]
             final = i + self.max_pass >= len(todo)
-            out = self.model(part, self.cache, last_only=not (final and keep_last))    # [1, T|1, V]
+            rows = keep_last if final and keep_last else 1   # logits rows anyone reads (1: a cheap row)
+            out = self.model(part, self.cache, last_only=rows)                           # [1, R, V]
             if final and keep_last:
                 logits = out[0, -keep_last:]
             self.stats.passes += 1
@@ -141,13 +145,16 @@ class SpecDecoder:
 
 
 def level_stats(stack: list[Level]) -> dict:
-    """Per-level figures for --json and stderr: acceptance, passes, time; for a StreamingLLM
-    level also forced_evictions (passes whose speculative tokens overflowed the scratch region:
-    still lossless, but its proposals lost context, so non-zero means raise the scratch)."""
+    """Per-level figures for --json and stderr: acceptance, passes, time, the weights a pass reads
+    (kind and bytes: what a quantized lower level buys); for a StreamingLLM level also
+    forced_evictions (passes whose speculative tokens overflowed the scratch region: still
+    lossless, but its proposals lost context, so non-zero means raise the scratch)."""
     out = {}
     for level in stack:
         s = asdict(level.stats)
         s["seconds"] = round(s["seconds"], 4)
+        s["weights"] = getattr(level, "weights", "same")
+        s["weight_bytes"] = getattr(level, "weight_bytes", 0)
         if level.stats.drafted:
             s["acceptance"] = round(level.stats.accepted / level.stats.drafted, 4)
         evictions = getattr(getattr(level, "cache", None), "forced_evictions", None)

@@ -10,7 +10,7 @@ import torch
 from runtime.cache_full import FullCache
 from runtime.config import ModelConfig, with_rope_scaling
 from runtime.errors import UserError
-from runtime.model import load_model
+from runtime.model import fuse_projections, load_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -31,12 +31,15 @@ def full_cache(model, T, batch=1):
 
 def assert_matches_hf(model_dir, tokens, dtype="fp32", rtol=1e-5):
     hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    ours = load_model(model_dir, dtype)
     with torch.no_grad():
         ref = hf(tokens).logits
-    got = ours(tokens, full_cache(ours, tokens.shape[1], tokens.shape[0]))
-    err = ((got - ref).abs().max() / ref.abs().max()).item()
-    assert err < rtol, f"relative error {err:.2e}"
+    for ours in (load_model(model_dir, dtype), fuse_projections(load_model(model_dir, dtype))):  # HF names, fused
+        got = ours(tokens, full_cache(ours, tokens.shape[1], tokens.shape[0]))
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        assert err < rtol, f"relative error {err:.2e}"
+        rows = ours(tokens, full_cache(ours, tokens.shape[1], tokens.shape[0]), last_only=3)   # a verify pass
+        assert rows.shape == (tokens.shape[0], 3, ref.shape[-1])
+        torch.testing.assert_close(rows, got[:, -3:], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("flavour", ["llama-untied", "llama-tied", "llama-bias", "mistral", "qwen2", "mha"])

@@ -1,0 +1,76 @@
+"""The run flags `generate` and `batch` share (argparse), and how they become a RunConfig and a
+prompt: the applications' common ground, below the `triforce` entry point (cli) that registers
+them, so that batch and its replicas need not import the CLI."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from runtime.config import DTYPES, MODES, WEIGHT_KINDS, RunConfig, load_run_config
+from runtime.errors import UserError
+from runtime.flags import RUN_FLAGS
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    """The model, mode, sampling, speculation and offload flags: `generate` and `batch` share them."""
+    p.add_argument("--model", help="Hugging Face checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--chat", action="store_true", default=None, help="wrap the prompt in the tokenizer's chat template")
+    p.add_argument("--max-new-tokens", type=int)
+    p.add_argument("--mode", choices=MODES)
+    p.add_argument("--temperature", type=float, help="0 = greedy (exact argmax)")
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--dtype", choices=DTYPES)
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--prefill-chunk", type=int, help="prompt tokens per prefill forward pass")
+    p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR with TYPE linear|dynamic|yarn, e.g. yarn:4")
+    p.add_argument("--draft-model", help="drafter checkpoint sharing the target's tokenizer (modes spec, triforce; "
+                   "default: the embedded drafter of the default target)")
+    p.add_argument("--gamma1", type=int, help="tokens the drafter proposes per round to the middle level (triforce)")
+    p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
+    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: pick gamma1/gamma2 each round from pass costs "
+                   "measured at start-up and the running acceptance (0 = that level off; the choice is in stats.gamma)")
+    p.add_argument("--retrieval-budget", type=int, help="middle-level KV budget in tokens")
+    p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
+    p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
+    p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
+    p.add_argument("--middle-weights", choices=WEIGHT_KINDS, help="middle (retrieval) level on a weight-only "
+                   "quantized copy of the target (retrieval, triforce); the full target keeps its own weights")
+    p.add_argument("--draft-weights", choices=WEIGHT_KINDS, help="drafter on a weight-only quantized copy "
+                   "(spec, triforce)")
+    p.add_argument("--draft-vocab", type=int, help="drafter head pruned to the N most frequent tokens of its "
+                   "distillation corpus (0 = full vocabulary); output stays exact")
+    p.add_argument("--draft-window", type=int, help="drafter StreamingLLM recent window")
+    p.add_argument("--draft-sinks", type=int, help="drafter StreamingLLM sink tokens")
+    p.add_argument("--on-chip-layers", type=int, help="layers whose full KV cache stays on the device; the rest "
+                   "live in the host tier and stream in per layer (default: all on the device)")
+    p.add_argument("--offload-weights", action="store_true", default=None,
+                   help="keep decoder-layer weights in the host tier, streamed one layer ahead of compute")
+    p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
+
+
+def run_config_from_args(args: argparse.Namespace) -> RunConfig:
+    keys = RUN_FLAGS + ("prompt", "prompt_file", "question", "backend", "tp", "pp", "ray_address")
+    return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
+
+
+def prompt_text(run: RunConfig) -> str:
+    if run.prompt is not None:
+        text = run.prompt
+    elif run.prompt_file is not None:
+        path = Path(run.prompt_file).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise UserError(f"prompt file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"cannot read prompt file {str(path)!r} as UTF-8 text: {e}") from None
+    elif run.kjv_books:
+        from runtime.assets import kjv_books
+        text = kjv_books(list(run.kjv_books))
+    else:
+        raise UserError("no prompt: pass --prompt TEXT or --prompt-file PATH")
+    if run.question:  # asked before and after the context: small models lose a question asked only once
+        text = f"{run.question}\n\n{text}\n\n{run.question}"
+    return text

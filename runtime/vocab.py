@@ -1,0 +1,60 @@
+"""Token frequencies of the distillation corpus, for a drafter head pruned to the N most frequent
+tokens (--draft-vocab N). Counted once per tokenizer and corpus, cached under the asset cache
+directory (a [V] int64 tensor, written atomically)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from runtime.errors import UserError
+
+
+def _cache_path(tokenizer, corpus: str, text: str) -> Path:
+    from runtime.assets import cache_dir
+    key = hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()[:16]
+    text_key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return cache_dir() / "token-counts" / f"{corpus}-{key}-{text_key}.pt"
+
+
+def corpus_token_counts(tokenizer, vocab_size: int, corpus: str = "kjv") -> torch.Tensor:
+    """How often each token id occurs in the corpus (default: the embedded KJV, the distillation
+    corpus of the embedded drafter) -> [V] int64. The first call tokenizes the text (~1M tokens:
+    seconds); later calls read the cache."""
+    if corpus != "kjv":
+        raise UserError(f"draft vocabulary corpus {corpus!r} is not known; only 'kjv' (the embedded text)")
+    from runtime.assets import kjv_text
+    text = kjv_text()
+    path = _cache_path(tokenizer, corpus, text)
+    if path.exists():
+        counts = torch.load(path)
+        if counts.shape == (vocab_size,):
+            return counts
+    lines = [line for line in text.splitlines() if line.strip()]
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    for start in range(0, len(lines), 4096):
+        ids = tokenizer(lines[start:start + 4096], add_special_tokens=False)["input_ids"]
+        flat = torch.tensor([i for row in ids for i in row], dtype=torch.int64)
+        counts += torch.bincount(flat, minlength=vocab_size)[:vocab_size]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    torch.save(counts, tmp)
+    os.replace(tmp, path)                      # atomic: a concurrent reader sees all or nothing
+    return counts
+
+
+def kept_token_ids(counts: torch.Tensor, n: int, always: list[int]) -> torch.Tensor:
+    """The n ids a pruned head keeps: `always` (special tokens: EOS, chat markers) plus the most
+    frequent others (ties by lower id), sorted -> [n] int64."""
+    V = counts.shape[0]
+    if not 0 < n <= V:
+        raise UserError(f"draft_vocab {n} must be between 1 and the vocabulary size {V} (0 = the full vocabulary)")
+    always = sorted({i for i in always if 0 <= i < V})[:n]
+    rank = counts.double() - torch.arange(V, dtype=torch.float64) / V   # ties: lower id first
+    rank[always] = float("inf")
+    return rank.topk(n).indices.sort().values

@@ -1,0 +1,178 @@
+"""Cheap lower levels (runtime/quant.py, runtime/vocab.py): quantized matmuls against dense ones,
+the pruned head, the acceptance rule's output distribution through the real Level code with a
+quantized middle level and a quantized, vocabulary-pruned drafter (a tiny random model, so that
+its 6-token vocabulary gives a small histogram), and greedy identity with `ar` on the real default
+model and its embedded drafter."""
+import pytest
+import torch
+import torch.nn as nn
+
+from runtime.cache_full import FullCache
+from runtime.config import RunConfig
+from runtime.errors import UserError
+from runtime.model import fuse_projections, load_model
+from runtime.quant import Int4Linear, Int8Linear, PrunedHead, lower_level_copy, weight_bytes
+from runtime.sampling import SamplingParams, probs_from_logits
+from runtime.speculate import Level, SpecDecoder
+from runtime.vocab import kept_token_ids
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cls,tol", [(Int8Linear, 0.02), (Int4Linear, 0.2)])
+def test_quantized_matmul_matches_dense(cls, tol, dtype):
+    torch.manual_seed(0)
+    dense = nn.Linear(576, 200, bias=True).to(dtype)     # 200 rows: int4 pads to 208 and slices back
+    quant = cls(dense)
+    x = torch.randn(3, 5, 576, dtype=dtype)
+    got = quant(x)
+    assert got.shape == (3, 5, 200) and got.dtype == dtype
+    exact = x.float() @ quant.dequantized().T + dense.bias.float()       # the kernel vs its own weights
+    torch.testing.assert_close(got.float(), exact, rtol=0.02, atol=0.05 if dtype == torch.bfloat16 else 1e-4)
+    ref = dense(x).float()                                               # vs the dense layer: quantization error
+    assert ((got.float() - ref).norm() / ref.norm()).item() < tol
+
+
+def test_pruned_head_is_minus_infinity_outside_the_kept_ids():
+    torch.manual_seed(0)
+    head = nn.Linear(64, 50, bias=False)
+    kept = torch.tensor([1, 7, 8, 30])
+    pruned = PrunedHead(head, kept, 50)
+    x = torch.randn(2, 3, 64)
+    out = pruned(x)
+    assert out.shape == (2, 3, 50) and out.dtype == torch.float32
+    torch.testing.assert_close(out[..., kept], head(x)[..., kept])
+    others = torch.ones(50, dtype=torch.bool)
+    others[kept] = False
+    assert torch.isneginf(out[..., others]).all()
+    for params in (SamplingParams(), SamplingParams(0.7, top_p=0.9), SamplingParams(1.0, top_k=2)):
+        p = probs_from_logits(out, params)
+        assert torch.isfinite(p).all() and (p[..., others] == 0).all()
+        torch.testing.assert_close(p.sum(-1), torch.ones(2, 3))
+
+
+def test_kept_ids_hold_the_special_tokens_and_the_most_frequent():
+    counts = torch.tensor([5, 0, 9, 9, 1, 7])
+    assert kept_token_ids(counts, 3, always=[1]).tolist() == [1, 2, 3]
+    assert kept_token_ids(counts, 2, always=[]).tolist() == [2, 3]
+    with pytest.raises(UserError, match="draft_vocab 7"):
+        kept_token_ids(counts, 7, always=[])
+
+
+def test_bad_settings_are_refused_by_name():
+    with pytest.raises(UserError, match="middle_weights 'int3'"):
+        RunConfig(middle_weights="int3").validate()
+    with pytest.raises(UserError, match="draft_vocab -1"):
+        RunConfig(draft_vocab=-1).validate()
+
+
+# --- the acceptance rule with quantized / pruned lower levels, through the real Level code ---
+
+def chi_square_p_value(freqs, expected, samples):
+    """P(chi-square >= observed), as tests/test_speculate.py, with the cells expecting fewer than 5
+    counts lumped into one (the chi-square approximation needs that)."""
+    small = expected * samples < 5
+    f = torch.cat([freqs[~small], freqs[small].sum()[None]])
+    e = torch.cat([expected[~small], expected[small].sum()[None]])
+    stat = (samples * (f - e) ** 2 / e.clamp_min(1e-12)).sum()
+    dof = torch.tensor(len(e) - 1.0)
+    return torch.special.gammaincc(dof / 2, stat / 2).item()
+
+
+V = 6
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                   tie_word_embeddings=False)
+    path = tmp_path_factory.mktemp("tiny")
+    transformers.LlamaForCausalLM(cfg).eval().save_pretrained(path)
+    model = fuse_projections(load_model(path))
+    model.lm_head.weight.mul_(15)      # random init is near uniform: spread the logits out
+    return model
+
+
+def level(name, model, params):
+    cache = FullCache(model.cfg, model.rope(32), 1, 32, torch.device("cpu"), model.dtype)
+    return Level(name, model, cache, params, 8)
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny passes are all overhead; on a shared CPU, thread hand-offs make them 10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target, one_thread):
+    params = SamplingParams(temperature=1.0)
+    drafter = lower_level_copy(tiny_target, "int4", kept=torch.tensor([0, 2, 3]))   # zero mass on 1, 4, 5
+    middle = lower_level_copy(tiny_target, "int8")
+    stack = [level("drafter", drafter, params), level("retrieval", middle, params),
+             level("target", tiny_target, params)]
+    prompt = [0, 3, 1]
+    p1 = probs_from_logits(tiny_target(torch.tensor([prompt]), level("x", tiny_target, params).cache)[0, -1], params)
+    p2 = torch.stack([probs_from_logits(tiny_target(torch.tensor([prompt + [x]]),
+                                                    level("x", tiny_target, params).cache)[0, -1], params)
+                      for x in range(V)])
+    expected = p1[:, None] * p2                                                      # [V, V]
+    assert expected[:, [1, 4, 5]].sum() > 0.1   # the target often wants tokens the drafter cannot propose
+    samples, gen = 2000, torch.Generator().manual_seed(0)
+    counts = torch.zeros(V, V)
+    for _ in range(samples):
+        for lv in stack:
+            lv.commit(prompt)                   # each sample starts again after the prompt
+        decoder = SpecDecoder(stack, [2, 3], list(prompt), gen)
+        out = []
+        while len(out) < 2:
+            out += decoder.step(8)
+        counts[out[0], out[1]] += 1
+    freqs = counts / samples
+    assert chi_square_p_value(freqs, expected, samples) > 1e-4, 0.5 * (freqs - expected).abs().sum().item()
+    assert counts[:, [1, 4, 5]].sum() > 0 and counts[[1, 4, 5]].sum() > 0   # recovered through the residual
+    assert 0 < stack[1].stats.accepted < stack[1].stats.drafted    # both levels really speculated
+    assert 0 < stack[2].stats.accepted < stack[2].stats.drafted
+
+
+def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
+    copy = lower_level_copy(tiny_target, "int8")
+    assert copy.model.embed_tokens.weight is tiny_target.model.embed_tokens.weight
+    assert isinstance(copy.model.layers[0].self_attn.qkv_proj, Int8Linear)
+    assert copy.dtype == tiny_target.dtype and copy.weights == "int8"
+    assert weight_bytes(copy) < weight_bytes(tiny_target) / 3          # fp32 -> int8 (+ scales)
+    assert lower_level_copy(tiny_target, "same") is tiny_target
+
+
+# --- greedy identity on the real default model ---
+
+@pytest.fixture(scope="module")
+def engine(default_model_dir):
+    from runtime.engine import Engine
+    return Engine(RunConfig(mode="triforce"))   # fp32: in bf16 a T-token verify pass rounds differently
+                                                # from `ar`'s 1-token passes, so near-ties can flip
+
+
+def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine):
+    from runtime.assets import kjv_books
+    ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:180]
+    base = dict(max_new_tokens=16, retrieval_budget=96, chunk_size=8, draft_sinks=4,
+                draft_window=60, gamma1=2, gamma2=4, retrieval_rebuild="every:8")
+    expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
+    for kw in [dict(mode="triforce", middle_weights="int8", draft_weights="int4", draft_vocab=2000),
+               dict(mode="triforce", middle_weights="int4"),
+               dict(mode="retrieval", middle_weights="int4"),
+               dict(mode="spec", draft_weights="int8", draft_vocab=500)]:
+        result = engine.generate(ids, RunConfig(**base, **kw))
+        assert result.token_ids == expected, kw
+        levels = result.stats["levels"]
+        assert levels["target"]["weights"] == "same" and levels["target"]["drafted"] > 0, kw
+        lower = levels["retrieval" if kw["mode"] != "spec" else "drafter"]
+        assert lower["weight_bytes"] < levels["target"]["weight_bytes"], kw
+        if "middle_weights" in kw:
+            assert levels["retrieval"]["weights"] == kw["middle_weights"], kw
