@@ -119,7 +119,7 @@ class ShardState:
                 self.caches[name].load_from(source, source.rope)
             elif kind == "forward":
                 x = torch.tensor([op[2]], device=self.device) if self.first else hidden.to(self.device)  # [1, T] | [1, T, E]
-                out = self.model(x, self.caches[name], last_only=op[3] and self.last)
+                out = self.model(x, self.caches[name], last_only=op[3] if self.last else False)  # a row count
             else:
                 raise ValueError(f"unknown control op {op!r}")
         self.seconds.append(time.perf_counter() - start)

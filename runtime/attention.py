@@ -33,6 +33,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     flash = _flash_attn_with_kvcache() if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) else None
     if flash is not None:
         return _attend_flash(flash, q, k, v)
+    if torch.is_grad_enabled() and q.requires_grad:  # training (distillation): the kernels have no backward
+        return _attend_sdpa(q, k, v)
     if q.device.type == "cpu":
         kernel = native.attention_cpu() if q.shape[2] <= NATIVE_MAX_T else None
         if kernel is not None:
