@@ -111,12 +111,15 @@ inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
 // ---- bf16: packing ------------------------------------------------------------------------
 // Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
-void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int64_t D, uint32_t* Kp) {
+inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+
+void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
+        if (n < npf) prefetch_line(k + (n + NB) * kss + 32 * h);
         r[i] = n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -128,10 +131,12 @@ void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int64_t D, uint32_t* Kp
 // Vp[np][j*16 + w] (32-bit units): (V[2np][d], V[2np+1][d]) with d = vp_dim(j, w) (unpack order).
 inline int64_t vp_dim(int64_t j, int64_t w) { return 32 * (j / 2) + 8 * (w / 4) + 4 * (j % 2) + (w % 4); }
 
-void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int64_t D, uint32_t* Vp) {
+void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
   for (int np = 0; np < NB / 2; ++np) {
     int n0 = 2 * np, n1 = 2 * np + 1;
     for (int64_t c = 0; c < D / 32; ++c) {
+      if (n0 < npf) prefetch_line(v + (n0 + NB) * vss + 32 * c);
+      if (n1 < npf) prefetch_line(v + (n1 + NB) * vss + 32 * c);
       __m512i a = n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
       __m512i b = n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
       _mm512_storeu_si512(Vp + np * D + 32 * c, _mm512_unpacklo_epi16(a, b));
@@ -191,13 +196,15 @@ inline __m512 load16<at::Half>(const at::Half* p) {
 
 // Kp[d][n] fp32, Vf[n][d] fp32
 template <typename scalar_t>
-void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss, int nk, int64_t D,
+void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss, int nk, int npf, int64_t D,
                  float* Kp, float* Vf) {
+  constexpr int per_line = 64 / sizeof(scalar_t);
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 16; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
+        if (n < npf && (16 * h) % per_line == 0) prefetch_line(k + (n + NB) * kss + 16 * h);
         r[i] = n < nk ? _mm512_castps_si512(load16(k + n * kss + 16 * h)) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -205,8 +212,10 @@ void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss,
     }
   }
   for (int n = 0; n < NB; ++n)
-    for (int64_t h = 0; h < D / 16; ++h)
+    for (int64_t h = 0; h < D / 16; ++h) {
+      if (n < npf && (16 * h) % per_line == 0) prefetch_line(v + (n + NB) * vss + 16 * h);
       _mm512_storeu_ps(Vf + n * D + 16 * h, n < nk ? load16(v + n * vss + 16 * h) : _mm512_setzero_ps());
+    }
 }
 
 // bf16 for the FMA path: Kp[d][n] fp32 from a transpose of 32-bit units (d pairs), each unit
@@ -214,7 +223,7 @@ void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss,
 // chunk c: i = 32c + w holds d = 32c + 2w, i = 32c + 16 + w holds d = 32c + 2w + 1.
 inline int64_t evenodd_dim(int64_t i) { return 32 * (i / 32) + 2 * (i % 16) + (i % 32) / 16; }
 
-void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t vss, int nk, int64_t D,
+void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D,
                       float* Kp, float* Vf) {
   const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
   for (int g = 0; g < NB / 16; ++g) {
@@ -222,6 +231,7 @@ void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
+        if (n < npf) prefetch_line(k + (n + NB) * kss + 32 * h);
         r[i] = n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -233,6 +243,7 @@ void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t
   }
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 32; ++h) {
+      if (n < npf) prefetch_line(v + (n + NB) * vss + 32 * h);
       __m512i x = n < nk ? _mm512_loadu_si512(v + n * vss + 32 * h) : _mm512_setzero_si512();
       _mm512_storeu_si512(Vf + n * D + 32 * h, _mm512_slli_epi32(x, 16));
       _mm512_storeu_si512(Vf + n * D + 32 * h + 16, _mm512_and_si512(x, hi_mask));
@@ -355,23 +366,19 @@ void run_item(const Shape& sh, const void* Q, const scalar_t* k, const scalar_t*
   std::vector<float> Kp(D * NB), Vb(D * NB), S(R * NB), P(R * NB), lvec(R * 16, 0.f), alpha(R);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(acc, acc + R * D, 0.f);
-  const int64_t row_bytes = D * (int64_t)sizeof(scalar_t);
   for (int64_t n0 = c0; n0 < c1; n0 += NB) {
     int nk = (int)std::min<int64_t>(NB, c1 - n0);
-    // Prefetch the next block's K and V rows while this one computes (T > 1 hides the reads).
-    for (int64_t n = n0 + NB; n < std::min(c1, n0 + 2 * NB); ++n)
-      for (int64_t off = 0; off < row_bytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(k + n * sh.kss) + off, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(v + n * sh.vss) + off, _MM_HINT_T0);
-      }
+    // The packers prefetch the next block's rows, a cache line per line they load, so the
+    // reads of block i+1 overlap the products of block i without flooding the fill buffers.
+    const int npf = (int)std::max<int64_t>(0, std::min<int64_t>(NB, c1 - n0 - NB));
     if (BF16) {
-      pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, D, reinterpret_cast<uint32_t*>(Kp.data()));
-      pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, reinterpret_cast<uint32_t*>(Vb.data()));
+      pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp.data()));
+      pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb.data()));
     } else if constexpr (BF16_IN) {
       pack_kv_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss,
-                       reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, Kp.data(), Vb.data());
+                       reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Kp.data(), Vb.data());
     } else {
-      pack_kv_f32(k + n0 * sh.kss, sh.kss, v + n0 * sh.vss, sh.vss, nk, D, Kp.data(), Vb.data());
+      pack_kv_f32(k + n0 * sh.kss, sh.kss, v + n0 * sh.vss, sh.vss, nk, npf, D, Kp.data(), Vb.data());
     }
     for (int64_t r = 0; r < R; r += RBMAX) {
       int rb = (int)std::min<int64_t>(RBMAX, R - r);
