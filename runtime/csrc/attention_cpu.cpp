@@ -4,8 +4,10 @@
 //
 // * GQA-aware: the G = H / Hkv query heads of one KV head and their T tokens form R = G*T query
 //   rows (row r = g*T + t), and each block of NB keys is read once for all R rows.
-// * The sequence is split into position-aligned chunks of CHUNK keys; work items are
-//   (b, kv head, chunk), spread over threads with at::parallel_for, and merged by log-sum-exp.
+// * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks of CHUNK
+//   keys; work items are (b, kv head, chunk), spread over threads with at::parallel_for, and
+//   merged by log-sum-exp. Prefill (more rows): items are (b, kv head, block of rows), each
+//   over all the keys up to its last visible one (no split, no merge needed beyond one part).
 //   Chunk and block boundaries depend only on positions, so a query row gets bit-identical
 //   results whatever T and S are (a verify pass equals the decode passes it replaces).
 // * Causality is bottom-right aligned (row t sees keys [0, S - T + t]) and never materialized:
@@ -43,6 +45,8 @@ namespace {
 
 constexpr int NB = 64;       // keys per block (4 zmm lanes-vectors of fp32 scores per row)
 constexpr int CHUNK = 512;   // keys per work item (multiple of NB); merged by log-sum-exp
+constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
+constexpr int PREFILL_ROWS = 96;  // rows per prefill work item (multiple of the 6-row tile)
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 constexpr double LOG2E = 1.4426950408889634;
 
@@ -358,11 +362,11 @@ inline void softmax_row(float* s, int vis, float& m, float* lvec, float& alpha, 
 // One work item: rows of kv head (b, h) against keys [c0, c1).
 // Q: prepared rows [R, D] (bf16 pairs or fp32), pre-scaled by scale * log2(e).
 template <typename scalar_t, bool BF16>
-void run_item(const Shape& sh, const void* Q, const scalar_t* k, const scalar_t* v, int64_t c0, int64_t c1,
-              float* m, float* l, float* acc) {
+void run_item(const Shape& sh, int64_t r0, int64_t nr, const void* Q, const scalar_t* k, const scalar_t* v,
+              int64_t c0, int64_t c1, float* m, float* l, float* acc) {
   constexpr bool BF16_IN = std::is_same<scalar_t, at::BFloat16>::value;
   static_assert(BF16_IN || !BF16, "vdpbf16ps products take bf16 inputs");
-  const int64_t R = sh.R, D = sh.D;
+  const int64_t R = nr, D = sh.D;  // rows r0 .. r0 + nr of the kv head (Q, m, l, acc point at r0)
   std::vector<float> Kp(D * NB), Vb(D * NB), S(R * NB), P(R * NB), lvec(R * 16, 0.f), alpha(R);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(acc, acc + R * D, 0.f);
@@ -389,7 +393,7 @@ void run_item(const Shape& sh, const void* Q, const scalar_t* k, const scalar_t*
         by_rows<QKf32>(rb, static_cast<const float*>(Q) + r * D, D, (const float*)Kp.data(), S.data() + r * NB);
     }
     for (int64_t r = 0; r < R; ++r) {
-      int64_t t = r % sh.T;
+      int64_t t = (r0 + r) % sh.T;
       int64_t last = sh.S - sh.T + t;  // last key row r sees
       int64_t vis = std::min<int64_t>(last - n0 + 1, nk);
       void* prow = BF16 ? (void*)(reinterpret_cast<uint16_t*>(P.data()) + r * NB) : (void*)(P.data() + r * NB);
@@ -427,16 +431,16 @@ void run_item(const Shape& sh, const void* Q, const scalar_t* k, const scalar_t*
 
 // Portable path: the same chunks, one key at a time, fp32.
 template <typename scalar_t>
-void run_item_scalar(const Shape& sh, const float* Q, const scalar_t* k, const scalar_t* v, int64_t c0, int64_t c1,
-                     float* m, float* l, float* acc) {
-  const int64_t R = sh.R, D = sh.D;
+void run_item_scalar(const Shape& sh, int64_t r0, int64_t nr, const float* Q, const scalar_t* k, const scalar_t* v,
+                     int64_t c0, int64_t c1, float* m, float* l, float* acc) {
+  const int64_t R = nr, D = sh.D;
   std::vector<float> kf(D), vf(D);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF, l[r] = 0.f;
   std::fill(acc, acc + R * D, 0.f);
   for (int64_t n = c0; n < c1; ++n) {
     for (int64_t d = 0; d < D; ++d) kf[d] = static_cast<float>(k[n * sh.kss + d]), vf[d] = static_cast<float>(v[n * sh.vss + d]);
     for (int64_t r = 0; r < R; ++r) {
-      if (n > sh.S - sh.T + r % sh.T) continue;
+      if (n > sh.S - sh.T + (r0 + r) % sh.T) continue;
       float s = 0.f;
       for (int64_t d = 0; d < D; ++d) s += Q[r * D + d] * kf[d];
       float mnew = std::max(m[r], s);
@@ -476,7 +480,13 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   sh.G = sh.H / sh.Hkv, sh.R = sh.G * sh.T;
   sh.ksb = k.stride(0), sh.ksh = k.stride(1), sh.kss = k.stride(2);
   sh.vsb = v.stride(0), sh.vsh = v.stride(1), sh.vss = v.stride(2);
-  sh.chunks = (sh.S + CHUNK - 1) / CHUNK;
+  // Decode/verify (R <= ROWS_SPLIT): one row block, keys split in chunks so that both cores
+  // work even for one kv head. Prefill (more rows): row blocks of PREFILL_ROWS give the
+  // parallelism; keys are one chunk, and each row block stops at its last visible key.
+  const bool prefill = sh.R > ROWS_SPLIT;
+  sh.chunks = prefill ? 1 : (sh.S + CHUNK - 1) / CHUNK;
+  const int64_t row_block = prefill ? PREFILL_ROWS : sh.R;
+  const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
   const bool fast = fast_path(q, sh.D) && q.scalar_type() != at::kDouble;
   const bool bf16 = fast && dot_bf16 && q.scalar_type() == at::kBFloat16;
 
@@ -484,10 +494,10 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   auto qs = (q.to(at::kFloat) * (scale * LOG2E)).reshape({sh.B, sh.Hkv, sh.R, sh.D});
   qs = (bf16 ? qs.to(at::kBFloat16) : qs).contiguous();
 
-  const int64_t items = sh.B * sh.Hkv * sh.chunks;
-  auto part = torch::empty({items * sh.R * (sh.D + 2)}, q.options().dtype(at::kFloat));
-  Partials pt{part.data_ptr<float>(), part.data_ptr<float>() + items * sh.R,
-              part.data_ptr<float>() + 2 * items * sh.R, sh.R, sh.D};
+  const int64_t parts = sh.B * sh.Hkv * sh.chunks, items = parts * row_blocks;
+  auto part = torch::empty({parts * sh.R * (sh.D + 2)}, q.options().dtype(at::kFloat));
+  Partials pt{part.data_ptr<float>(), part.data_ptr<float>() + parts * sh.R,
+              part.data_ptr<float>() + 2 * parts * sh.R, sh.R, sh.D};
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "attend_cpu", [&] {
     const scalar_t* kp = k.data_ptr<scalar_t>();
@@ -496,27 +506,33 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
     const int64_t qrow_bytes = sh.R * sh.D * qs.element_size();
     at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
       for (int64_t it = begin; it < end; ++it) {
-        int64_t c = it % sh.chunks, bh = it / sh.chunks, h = bh % sh.Hkv, b = bh / sh.Hkv;
-        int64_t c0 = c * CHUNK, c1 = std::min(sh.S, c0 + CHUNK);
+        int64_t rbi = it % row_blocks, pi = it / row_blocks;  // row block, (b, h, chunk)
+        int64_t c = pi % sh.chunks, bh = pi / sh.chunks, h = bh % sh.Hkv, b = bh / sh.Hkv;
+        int64_t r0 = rbi * row_block, nr = std::min(row_block, sh.R - r0);
+        int64_t t_max = nr >= sh.T ? sh.T - 1 : 0;  // latest token among rows r0 .. r0+nr
+        for (int64_t r = r0; r < r0 + nr && t_max < sh.T - 1; ++r) t_max = std::max(t_max, r % sh.T);
+        int64_t c0 = prefill ? 0 : c * CHUNK;
+        int64_t c1 = std::min({sh.S, c0 + (prefill ? sh.S : CHUNK), sh.S - sh.T + t_max + 1});
+        float *pm = pt.m_at(pi) + r0, *pl = pt.l_at(pi) + r0, *pacc = pt.acc_at(pi) + r0 * sh.D;
         const scalar_t* kb = kp + b * sh.ksb + h * sh.ksh;
         const scalar_t* vb = vp + b * sh.vsb + h * sh.vsh;
-        const void* Q = qbase + bh * qrow_bytes;
+        const void* Q = qbase + bh * qrow_bytes + r0 * sh.D * qs.element_size();
 #if TF_AVX512
         if (fast) {
           if constexpr (std::is_same<scalar_t, double>::value) {
             TORCH_CHECK(false, "unreachable");
           } else if constexpr (std::is_same<scalar_t, at::BFloat16>::value) {
             if (bf16)
-              run_item<scalar_t, true>(sh, Q, kb, vb, c0, c1, pt.m_at(it), pt.l_at(it), pt.acc_at(it));
+              run_item<scalar_t, true>(sh, r0, nr, Q, kb, vb, c0, c1, pm, pl, pacc);
             else
-              run_item<scalar_t, false>(sh, Q, kb, vb, c0, c1, pt.m_at(it), pt.l_at(it), pt.acc_at(it));
+              run_item<scalar_t, false>(sh, r0, nr, Q, kb, vb, c0, c1, pm, pl, pacc);
           } else {
-            run_item<scalar_t, false>(sh, Q, kb, vb, c0, c1, pt.m_at(it), pt.l_at(it), pt.acc_at(it));
+            run_item<scalar_t, false>(sh, r0, nr, Q, kb, vb, c0, c1, pm, pl, pacc);
           }
           continue;
         }
 #endif
-        run_item_scalar<scalar_t>(sh, static_cast<const float*>(Q), kb, vb, c0, c1, pt.m_at(it), pt.l_at(it), pt.acc_at(it));
+        run_item_scalar<scalar_t>(sh, r0, nr, static_cast<const float*>(Q), kb, vb, c0, c1, pm, pl, pacc);
       }
     });
   });
