@@ -28,7 +28,8 @@ def _load(flavour: str, flags: list[str]):
     directory = BUILD_DIR / flavour
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(name=f"{NAME}_{flavour}", sources=[str(SOURCE)], build_directory=str(directory),
-                              extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
+                              extra_cflags=["-O3", "-std=c++17", "-fopenmp", *flags],  # at::parallel_for is OpenMP
+                              extra_ldflags=["-fopenmp"], verbose=False)
 
 
 @functools.cache

@@ -374,7 +374,9 @@ void run_item(const Shape& sh, int64_t r0, int64_t nr, const void* Q, const scal
     int nk = (int)std::min<int64_t>(NB, c1 - n0);
     // The packers prefetch the next block's rows, a cache line per line they load, so the
     // reads of block i+1 overlap the products of block i without flooding the fill buffers.
-    const int npf = (int)std::max<int64_t>(0, std::min<int64_t>(NB, c1 - n0 - NB));
+    // Few rows (decode) leave too little compute to hide them; there the hardware prefetcher
+    // alone measured 15% faster.
+    const int npf = R < 8 ? 0 : (int)std::max<int64_t>(0, std::min<int64_t>(NB, c1 - n0 - NB));
     if (BF16) {
       pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp.data()));
       pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb.data()));
