@@ -5,7 +5,7 @@
 // * GQA-aware: the G = H / Hkv query heads of one KV head and their T tokens form R = G*T query
 //   rows (row r = g*T + t), and each block of NB keys is read once for all R rows.
 // * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks of CHUNK
-//   keys; work items are (b, kv head, chunk), spread over threads with at::parallel_for, and
+//   keys; work items are (b, kv head, chunk), spread over threads (OpenMP, dynamic), and
 //   merged by log-sum-exp. Prefill (more rows): items are (b, kv head, block of rows), each
 //   over all the keys up to its last visible one (no split, no merge needed beyond one part).
 //   Chunk and block boundaries depend only on positions, so a query row gets bit-identical
@@ -506,8 +506,11 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
     const scalar_t* vp = v.data_ptr<scalar_t>();
     const char* qbase = static_cast<const char*>(qs.data_ptr());
     const int64_t qrow_bytes = sh.R * sh.D * qs.element_size();
-    at::parallel_for(0, items, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t it = begin; it < end; ++it) {
+    // Dynamic schedule over items (not at::parallel_for's static halves): on a shared machine a
+    // descheduled thread then delays one item, not half of the pass.
+    const int nthreads = items > 1 ? at::get_num_threads() : 1;
+    _Pragma("omp parallel for schedule(dynamic, 1) num_threads(nthreads)")
+    for (int64_t it = 0; it < items; ++it) {
         int64_t rbi = it % row_blocks, pi = it / row_blocks;  // row block, (b, h, chunk)
         int64_t c = pi % sh.chunks, bh = pi / sh.chunks, h = bh % sh.Hkv, b = bh / sh.Hkv;
         int64_t r0 = rbi * row_block, nr = std::min(row_block, sh.R - r0);
@@ -535,8 +538,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
         }
 #endif
         run_item_scalar<scalar_t>(sh, r0, nr, static_cast<const float*>(Q), kb, vb, c0, c1, pm, pl, pacc);
-      }
-    });
+    }
   });
 
   // Merge the chunks of each row by log-sum-exp and write [B, T, H, D].
