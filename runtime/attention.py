@@ -1,6 +1,6 @@
 """One attention signature, three backends: flash-attn's KV-cache kernel on CUDA when it is
-installed; on CPU the native kernel (runtime/csrc/attention_cpu.cpp) for decode and verify
-(T <= NATIVE_MAX_T) and mask-free SDPA for prefill; SDPA with a mask elsewhere.
+installed; on CPU the native kernel (runtime/csrc/attention_cpu.cpp), or where it did not build
+mask-free SDPA (prefix + causal square merged by log-sum-exp); SDPA with a mask elsewhere.
 attend_reference is the pure-torch twin the native kernel is tested against.
 
 Causality is bottom-right aligned: the T new queries are the last T of the S visible positions,
@@ -15,8 +15,6 @@ import torch
 import torch.nn.functional as F
 
 from runtime import native
-
-NATIVE_MAX_T = 32   # decode and verify passes; longer passes (prefill chunks) go to SDPA
 
 
 @functools.cache
@@ -36,7 +34,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() and q.requires_grad:  # training (distillation): the kernels have no backward
         return _attend_sdpa(q, k, v)
     if q.device.type == "cpu":
-        kernel = native.attention_cpu() if q.shape[2] <= NATIVE_MAX_T else None
+        kernel = native.attention_cpu()
         if kernel is not None:
             return kernel.attend(q, k, v, q.shape[-1] ** -0.5)
         return _attend_sdpa_split(q, k, v)

@@ -7,8 +7,8 @@ builds (no compiler, say), one line goes to stderr and callers use their pure-to
 TRIFORCE_NATIVE=0 turns the kernels off (the torch path runs, for comparison).
 
     python -m runtime.native build     build (idempotent) and say which build loaded
-    python -m runtime.native bench     kernel vs SDPA on decode/verify shapes, ms and GB/s
-    python -m runtime.native prefill   mask-free prefill (split SDPA) vs SDPA with a mask
+    python -m runtime.native bench [threads] [repeats]     kernel vs SDPA, decode/verify shapes
+    python -m runtime.native prefill [threads] [repeats]   mask-free prefill vs SDPA with a mask
 """
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def _load(flavour: str, flags: list[str]):
     directory = BUILD_DIR / flavour
     directory.mkdir(parents=True, exist_ok=True)
     return cpp_extension.load(name=f"{NAME}_{flavour}", sources=[str(SOURCE)], build_directory=str(directory),
-                              extra_cflags=["-O3", "-std=c++17", *flags], verbose=False)
+                              extra_cflags=["-O3", "-std=c++17", "-fopenmp", *flags],  # at::parallel_for is OpenMP
+                              extra_ldflags=["-fopenmp"], verbose=False)
 
 
 @functools.cache
@@ -120,9 +121,9 @@ if __name__ == "__main__":
         if module is not None:
             print(f"native attention: {Path(module.__file__).parent.name} build"
                   f"{' (avx512_bf16 kernels)' if module.has_avx512_bf16() else ' (scalar kernels)'}")
-    elif command == "bench":
-        _bench()
-    elif command == "prefill":
-        _bench_prefill()
+    elif command == "bench":   # bench [threads] [repeats]
+        _bench(*map(int, sys.argv[2:4]))
+    elif command == "prefill":  # prefill [threads] [repeats]
+        _bench_prefill(*map(int, sys.argv[2:4]))
     else:
         sys.exit("usage: python -m runtime.native build | bench | prefill")

@@ -87,13 +87,20 @@ def test_verify_rows_equal_decode_rows(kernel):
         assert torch.equal(verify[:, t], alone[:, 0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("T,S", [(40, 40), (33, 100), (100, 100), (100, 1100), (257, 700)])
+def test_prefill(kernel, T, S, dtype):
+    # G*T > 256 rows: the kernel splits rows instead of keys and stops at each block's last key
+    check(kernel, B=1, Hkv=2, G=3, T=T, S=S, D=64, dtype=dtype, seed=T)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("T,S", [(40, 40), (33, 100), (100, 1100)])
-def test_prefill_without_mask(T, S, dtype):
+def test_prefill_fallback_without_mask(T, S, dtype):
     gen = torch.Generator().manual_seed(T)
     q = torch.randn(1, 6, T, 64, generator=gen).to(dtype)
     k, v = cache_views(1, 2, S, 64, dtype, gen)
-    out = attention.attend(q, k, v)                          # T > 32: the split SDPA path
+    out = attention._attend_sdpa_split(q, k, v)               # the torch path when no kernel
     err = (out.float() - reference(q, k, v)).abs().max().item()
     assert err < TOL[dtype]
 
