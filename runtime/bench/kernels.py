@@ -1,0 +1,86 @@
+"""Micro-benchmarks of the attention kernels, side by side in one process (docs/BENCHMARKS.md):
+    python -m runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel vs SDPA
+    python -m runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
+"""
+from __future__ import annotations
+
+import sys
+
+from runtime.native import attention_cpu
+
+
+def _bench(threads: int = 2, repeats: int = 7) -> None:
+    """Kernel vs SDPA(+mask) side by side, bf16, B=1, SmolLM2's H=9, Hkv=3, D=64."""
+    import time
+
+    import torch
+
+    from runtime.attention import attend_reference
+    torch.set_num_threads(threads)
+    kernel = attention_cpu()
+    assert kernel is not None, "native attention did not build"
+    B, H, Hkv, D, dt = 1, 9, 3, 64, torch.bfloat16
+    peak_bytes, peak_flops = 34e9, 190e9   # this 2-core Xeon: STREAM-like read; bf16 matmul
+    print(f"threads={threads} bf16 H={H} Hkv={Hkv} D={D}; roofline = max(bytes/34 GB/s, FLOPs/190 GFLOP/s)")
+    print(f"{'S':>6} {'T':>3} {'kernel ms':>10} {'GB/s':>6} {'x roof':>7} {'sdpa ms':>8} {'GB/s':>6} {'x roof':>7} {'speedup':>8}")
+    for S in (8192, 32768):
+        cap = S + 64
+        kc = torch.randn(B, Hkv, cap, D, dtype=dt)  # a cache buffer; attend reads the [:, :, :S] view
+        vc = torch.randn(B, Hkv, cap, D, dtype=dt)
+        for T in (1, 2, 4, 8, 16):
+            q = torch.randn(B, H, T, D, dtype=dt)
+            k, v = kc[:, :, :S], vc[:, :, :S]
+            nbytes = 2 * B * Hkv * S * D * 2                   # K and V once
+            flops = 4 * B * H * T * S * D                       # QK^T and PV
+            roof = max(nbytes / peak_bytes, flops / peak_flops)
+            times = {"kernel": [], "sdpa": []}
+            for _ in range(repeats):                            # interleaved: the machine is shared
+                for name, fn in (("kernel", lambda: kernel.attend(q, k, v, D ** -0.5)),
+                                 ("sdpa", lambda: attend_reference(q, k, v))):
+                    t0 = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t0)
+            tk, ts = min(times["kernel"]), min(times["sdpa"])
+            print(f"{S:>6} {T:>3} {tk * 1e3:>10.2f} {nbytes / tk / 1e9:>6.1f} {tk / roof:>7.2f} "
+                  f"{ts * 1e3:>8.2f} {nbytes / ts / 1e9:>6.1f} {ts / roof:>7.2f} {ts / tk:>7.1f}x")
+
+
+def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
+    """One prefill chunk of T tokens against S keys: SDPA with the [G*T, S] mask against the
+    mask-free split (prefix + causal square merged by LSE) and the native kernel."""
+    import time
+
+    import torch
+
+    from runtime.attention import _attend_sdpa_split, attend_reference
+    torch.set_num_threads(threads)
+    kernel = attention_cpu()
+    B, H, Hkv, D, dt = 1, 9, 3, 64, torch.bfloat16
+    print(f"threads={threads} bf16 H={H} Hkv={Hkv} D={D}, one chunk of T={T} queries; ms per layer")
+    print(f"{'S':>6} {'mask ms':>8} {'split ms':>9} {'kernel ms':>10} {'GFLOP/s split':>14} {'mask/split':>11}")
+    for S in (8192, 32768):
+        q = torch.randn(B, H, T, D, dtype=dt)
+        k, v = torch.randn(B, Hkv, S, D, dtype=dt), torch.randn(B, Hkv, S, D, dtype=dt)
+        flops = 4 * B * H * T * S * D
+        fns = {"mask": lambda: attend_reference(q, k, v), "split": lambda: _attend_sdpa_split(q, k, v)}
+        if kernel is not None:
+            fns["kernel"] = lambda: kernel.attend(q, k, v, D ** -0.5)
+        times = {name: [] for name in fns}
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
+        best = {name: min(ts) for name, ts in times.items()}
+        print(f"{S:>6} {best['mask'] * 1e3:>8.0f} {best['split'] * 1e3:>9.0f} {best.get('kernel', float('nan')) * 1e3:>10.0f}"
+              f" {flops / best['split'] / 1e9:>14.1f} {best['mask'] / best['split']:>10.2f}x")
+
+
+if __name__ == "__main__":
+    command = sys.argv[1] if len(sys.argv) > 1 else "bench"
+    if command == "bench":
+        _bench(*map(int, sys.argv[2:4]))
+    elif command == "prefill":
+        _bench_prefill(*map(int, sys.argv[2:4]))
+    else:
+        sys.exit("usage: python -m runtime.bench.kernels bench | prefill [threads] [repeats]")
