@@ -193,11 +193,13 @@ class ShardGroup:
 class RemoteModel:
     """Stands in for the target Transformer in a Level: one remote call per forward pass."""
 
+    counts_rows = True  # the last stage passes last_only on as a row count: only those rows travel back
+
     def __init__(self, group: ShardGroup, cfg, device: torch.device, dtype: torch.dtype):
         self.group, self.cfg, self.device, self.dtype = group, cfg, device, dtype
 
-    def __call__(self, tokens: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
-        # tokens [1, T] -> logits [1, T|1, V]
+    def __call__(self, tokens: torch.Tensor, cache, last_only: int = False) -> torch.Tensor:
+        # tokens [1, T] -> logits [1, R, V]: R = last_only rows (all T when False)
         # host sync (.tolist()): token ids travel in the control message, not as a tensor
         return self.group.forward(cache.name, tokens[0].tolist(), last_only).to(self.device)
 

@@ -107,6 +107,8 @@ class Backbone(nn.Module):
 
 
 class Transformer(nn.Module):
+    counts_rows = True  # forward(last_only=n) returns the last n rows (the Ray shards' proxy returns 1 or all)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg

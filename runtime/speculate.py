@@ -49,6 +49,7 @@ class Level:
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
         self.stats = LevelStats()
         self.traffic = None          # offload.tier.Traffic when the level's passes move data between tiers
+        self.counts_rows = getattr(model, "counts_rows", False)  # last_only=n gives n rows (Transformer)
         self.weights = getattr(model, "weights", "same")   # same | int8 | int4 (+vocabN): runtime/quant.py
         self.weight_bytes = weight_bytes(model)             # bytes of weights one pass reads
 
@@ -63,6 +64,8 @@ class Level:
             part = torch.tensor([todo[i:i + self.max_pass]], device=self.model.device)  # [1, T]
             final = i + self.max_pass >= len(todo)
             rows = keep_last if final and keep_last else 1   # logits rows anyone reads (1: a cheap row)
+            if rows > 1 and not self.counts_rows:            # a model that only knows last_only True/False
+                rows = False
             out = self.model(part, self.cache, last_only=rows)                           # [1, R, V]
             if final and keep_last:
                 logits = out[0, -keep_last:]
