@@ -59,7 +59,20 @@ fi
 
 case "$command" in
   demo)
-    .venv/bin/triforce generate --config configs/demo.yaml "$@"
+    # The job, then the same request autoregressively (`ar`, text not shown), then both figures.
+    out=$(mktemp -d)
+    .venv/bin/triforce generate --config configs/demo.yaml --json "$out/main.json" "$@"
+    echo "[demo] the same request with --mode ar, for comparison (its text is not shown) ..." >&2
+    .venv/bin/triforce generate --config configs/demo.yaml --json "$out/ar.json" "$@" --mode ar --quiet 2>/dev/null
+    "$PY" - "$out/main.json" "$out/ar.json" <<'PYEOF'
+import json, sys
+main, ar = (json.load(open(p)) for p in sys.argv[1:3])
+m, a = main["stats"]["ms_per_token"], ar["stats"]["ms_per_token"]
+print(f"[demo] decode: {main['mode']} {m:.1f} ms/token, ar {a:.1f} ms/token: {main['mode']} is {a / m:.2f}x "
+      f"the speed of ar (prompt {main['prompt_tokens']} tokens, {main['stats']['new_tokens']} and "
+      f"{ar['stats']['new_tokens']} tokens generated)", file=sys.stderr)
+PYEOF
+    rm -rf "$out"
     ;;
   test)
     rc=0
