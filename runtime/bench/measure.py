@@ -98,16 +98,10 @@ def measure_hf(model, ids: list[int], new_tokens: int, repeats: int, sampling: d
 
 
 def decode_bytes_per_token(model, context: int) -> int:
-    """Bytes one decode step reads: every weight matrix once (the embedding row is negligible;
-    with tied embeddings the lm_head reads the matrix once) + the KV cache at this context."""
-    seen, weights = set(), 0
-    for name, p in model.named_parameters():
-        if p.data_ptr() in seen or name.endswith("embed_tokens.weight") and not model.cfg.tie_word_embeddings:
-            continue
-        seen.add(p.data_ptr())
-        weights += p.numel() * p.element_size()
-    kv = model.cfg.kv_bytes_per_token(model.dtype.itemsize) * context
-    return weights + kv
+    """Bytes one decode step reads: every weight matrix once (quant.weight_bytes; the embedding
+    row is negligible, a tied head reads the matrix once) + the KV cache at this context."""
+    from runtime.quant import weight_bytes
+    return weight_bytes(model) + model.cfg.kv_bytes_per_token(model.dtype.itemsize) * context
 
 
 def cpu_name() -> str:

@@ -17,7 +17,6 @@ The full cache is filled with random K/V (attention's cost does not depend on th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import time
 
@@ -30,6 +29,7 @@ from runtime.bench.report import fmt, markdown_table
 from runtime.bench.suites import base_run, prompt_ids
 from runtime.engine import Engine, rebuild_retrieval
 from runtime.errors import UserError
+from runtime.quant import weight_bytes
 
 LEVELS = ("target", "retrieval", "drafter")
 
@@ -50,20 +50,12 @@ def _time(fn) -> float:
 
 
 def weight_bytes_and_params(model) -> tuple[int, int]:
-    """Bytes of every matrix a pass reads once, and the parameters of the matrix products
-    (the embedding is a row lookup: its bytes and FLOPs count only when it is the tied head)."""
-    seen, nbytes, params = set(), 0, 0
-    for name, p in model.named_parameters():
-        if p.data_ptr() in seen:
-            continue
-        seen.add(p.data_ptr())
-        lookup_only = name.endswith("embed_tokens.weight") and not model.cfg.tie_word_embeddings
-        if lookup_only:
-            continue
-        nbytes += p.numel() * p.element_size()
-        if p.dim() == 2:
-            params += p.numel()
-    return nbytes, params
+    """Bytes of the weights a pass reads once (quant.weight_bytes: dense, int8 or int4, a tied head
+    once) and the parameters of its matrix products (in x out of every linear layer, dense or
+    quantized, the head included; the embedding is a row lookup)."""
+    params = sum(m.in_features * m.out_features for m in model.modules()
+                 if hasattr(m, "in_features") and hasattr(m, "out_features"))
+    return weight_bytes(model), params
 
 
 def pass_cost(model, kv_tokens: int, T: int) -> tuple[int, int]:
