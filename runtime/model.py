@@ -20,6 +20,7 @@ from runtime.attention import attend
 from runtime.cache import KVCache
 from runtime.config import ModelConfig
 from runtime.errors import UserError
+from runtime.linear import Linear
 from runtime.rope import Rope
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -43,10 +44,10 @@ class Attention(nn.Module):
         super().__init__()
         self.layer, self.H, self.Hkv, self.D = layer, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         E = cfg.hidden_size
-        self.q_proj = nn.Linear(E, self.H * self.D, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(self.H * self.D, E, bias=cfg.o_bias)
+        self.q_proj = Linear(E, self.H * self.D, bias=cfg.qkv_bias)
+        self.k_proj = Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
+        self.v_proj = Linear(E, self.Hkv * self.D, bias=cfg.qkv_bias)
+        self.o_proj = Linear(self.H * self.D, E, bias=cfg.o_bias)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, E] -> q [B, H, T, D], k and v [B, Hkv, T, D] (k before RoPE): one matmul once
@@ -73,9 +74,9 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         E, F_ = cfg.hidden_size, cfg.intermediate_size
-        self.gate_proj = nn.Linear(E, F_, bias=cfg.mlp_bias)
-        self.up_proj = nn.Linear(E, F_, bias=cfg.mlp_bias)
-        self.down_proj = nn.Linear(F_, E, bias=cfg.mlp_bias)
+        self.gate_proj = Linear(E, F_, bias=cfg.mlp_bias)
+        self.up_proj = Linear(E, F_, bias=cfg.mlp_bias)
+        self.down_proj = Linear(F_, E, bias=cfg.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "gate_up_proj"):                              # fused: one [E] -> [2F] matmul
@@ -113,7 +114,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.model = Backbone(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     @property
     def device(self) -> torch.device:
@@ -192,11 +193,11 @@ def load_model(model_dir: str | Path, dtype: str = "fp32", device: str | torch.d
     return model.eval().requires_grad_(False)
 
 
-def _fused(parts: list[nn.Linear]) -> nn.Linear:
+def _fused(parts: list[nn.Linear]) -> Linear:
     """One Linear computing the concatenation of `parts`' outputs (same input)."""
     weight = torch.cat([p.weight for p in parts])                      # [sum(out), in]
     bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None
-    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    fused = Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
     fused.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:
         fused.bias = nn.Parameter(bias, requires_grad=False)

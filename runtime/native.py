@@ -17,42 +17,57 @@ import os
 import sys
 from pathlib import Path
 
-SOURCE = Path(__file__).resolve().parent / "csrc" / "attention_cpu.cpp"
-BUILD_DIR = Path(os.environ.get("TRIFORCE_NATIVE_DIR", SOURCE.parents[2] / "build" / "native"))
-NAME = "triforce_attention_cpu"
+CSRC = Path(__file__).resolve().parent / "csrc"
+SOURCES = sorted(CSRC.glob("*.cpp"))      # one extension module per file (run.sh rebuilds when one changes)
+BUILD_DIR = Path(os.environ.get("TRIFORCE_NATIVE_DIR", CSRC.parents[1] / "build" / "native"))
 
 
-def _load(flavour: str, flags: list[str]):
+def _load(kernel: str, flavour: str, flags: list[str]):
     from torch.utils import cpp_extension  # imported here: it pulls in setuptools
 
-    directory = BUILD_DIR / flavour
+    directory = BUILD_DIR / f"{kernel}_{flavour}"
     directory.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(name=f"{NAME}_{flavour}", sources=[str(SOURCE)], build_directory=str(directory),
+    return cpp_extension.load(name=f"triforce_{kernel}_{flavour}", sources=[str(CSRC / f"{kernel}.cpp")],
+                              build_directory=str(directory),
                               extra_cflags=["-O3", "-std=c++17", "-fopenmp", *flags],  # at::parallel_for is OpenMP
                               extra_ldflags=["-fopenmp"], verbose=False)
 
 
 @functools.cache
-def attention_cpu():
-    """The compiled attention module (functions `attend`, `has_avx512_bf16`), or None."""
+def _module(kernel: str):
+    """The compiled module of csrc/{kernel}.cpp (-march=native, else portable), or None."""
     if os.environ.get("TRIFORCE_NATIVE", "1") == "0":
         return None
     errors = []
     for flavour, flags in (("native", ["-march=native"]), ("portable", [])):
         try:
-            return _load(flavour, flags)
+            return _load(kernel, flavour, flags)
         except Exception as e:  # a compiler error, no compiler, or a broken build dir: fall back
             errors.append(f"{flavour}: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}")
-    print(f"triforce: native CPU attention unavailable, using torch ({'; '.join(errors)})", file=sys.stderr)
+    print(f"triforce: native CPU kernel {kernel} unavailable, using torch ({'; '.join(errors)})", file=sys.stderr)
     return None
+
+
+def attention_cpu():
+    """The compiled attention module (functions `attend`, `has_avx512_bf16`), or None."""
+    return _module("attention_cpu")
+
+
+@functools.cache
+def linear_cpu():
+    """The compiled linear module (functions `linear`, `has_avx512_bf16`), or None where it did not
+    build or was built without avx512_bf16 (then torch's matmul is as good as a scalar loop)."""
+    module = _module("linear_cpu")
+    return module if module is not None and module.has_avx512_bf16() else None
 
 
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "build"
     if command == "build":
-        module = attention_cpu()
-        if module is not None:
-            print(f"native attention: {Path(module.__file__).parent.name} build"
-                  f"{' (avx512_bf16 kernels)' if module.has_avx512_bf16() else ' (scalar kernels)'}")
+        for source in SOURCES:
+            module = _module(source.stem)
+            if module is not None:
+                print(f"native {source.stem}: {Path(module.__file__).parent.name} build"
+                      f"{' (avx512_bf16 kernels)' if module.has_avx512_bf16() else ' (scalar kernels)'}")
     else:
         sys.exit("usage: python -m runtime.native build (benchmarks: python -m runtime.bench.kernels)")

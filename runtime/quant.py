@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from runtime.config import WEIGHT_KINDS
 from runtime.errors import UserError
+from runtime.linear import Linear
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 
@@ -109,7 +110,7 @@ class PrunedHead(nn.Module):
     def __init__(self, head: nn.Linear, kept: torch.Tensor, vocab_size: int):
         super().__init__()
         kept = kept.to(head.weight.device)
-        self.inner = nn.Linear(head.in_features, len(kept), bias=head.bias is not None, device="meta")
+        self.inner = Linear(head.in_features, len(kept), bias=head.bias is not None, device="meta")
         self.inner.weight = nn.Parameter(head.weight.detach()[kept].clone(), requires_grad=False)  # [N, E]
         if head.bias is not None:
             self.inner.bias = nn.Parameter(head.bias.detach()[kept].clone(), requires_grad=False)
