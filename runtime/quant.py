@@ -140,7 +140,7 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
     if weights != "same":
         for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
             for name, child in list(parent.named_children()):
-                if type(child) is nn.Linear:
+                if isinstance(child, nn.Linear):   # nn.Linear and runtime.linear.Linear
                     setattr(parent, name, QUANTIZED[weights](child))
         for m in out.modules():
             if isinstance(m, Int4Linear):
