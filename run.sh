@@ -49,7 +49,7 @@ fi
 # Build the native CPU kernels (runtime/native.py) once per source change, for this CPU
 # (-march=native, else portable). A failed build prints one line and runs use the torch path.
 native_stamp=build/native/.built
-if [[ ! $native_stamp -nt runtime/csrc/attention_cpu.cpp ]]; then
+if [[ -n "$(find runtime/csrc -newer "$native_stamp" 2>/dev/null)" || ! -e $native_stamp ]]; then
   "$PY" -m runtime.native build >/dev/null || echo "run.sh: native kernels not built; runs use torch" >&2
   mkdir -p build/native && touch "$native_stamp"
 fi

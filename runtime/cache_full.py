@@ -43,7 +43,7 @@ class FullCache:
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         start, stop = self.length, self.length + self._new
         keys, values = self.storage(layer)                             # [B, Hkv, capacity, D]
-        keys[:, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
+        Rope.rotate(k, self._cos, self._sin, out=keys[:, :, start:stop])
         values[:, :, start:stop] = v
         self.last_query[layer] = q[:, :, -1]
         self.stored(layer, start, stop)

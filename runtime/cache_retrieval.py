@@ -102,7 +102,7 @@ class RetrievalCache:
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         start, stop = self.length, self.length + self._new
-        self.k[layer, :, :, start:stop] = Rope.rotate(k, self._cos, self._sin)
+        Rope.rotate(k, self._cos, self._sin, out=self.k[layer, :, :, start:stop])
         self.v[layer, :, :, start:stop] = v
         return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]   # [B, Hkv, S, D]
 

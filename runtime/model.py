@@ -20,7 +20,7 @@ from runtime.attention import attend
 from runtime.cache import KVCache
 from runtime.config import ModelConfig
 from runtime.errors import UserError
-from runtime.linear import Linear
+from runtime.ops import Linear, rms_norm, silu_mul
 from runtime.rope import Rope
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -33,10 +33,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalize in fp32, as the checkpoints were trained (and as transformers does).
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)   # normalized in fp32 (runtime/ops.py)
 
 
 class Attention(nn.Module):
@@ -80,10 +77,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "gate_up_proj"):                              # fused: one [E] -> [2F] matmul
-            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)           # each [B, T, F]
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(F.silu(gate) * up)
+            return self.down_proj(silu_mul(self.gate_up_proj(x)))      # [B, T, 2F] -> [B, T, F] -> [B, T, E]
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):

@@ -53,12 +53,10 @@ def attention_cpu():
     return _module("attention_cpu")
 
 
-@functools.cache
-def linear_cpu():
-    """The compiled linear module (functions `linear`, `has_avx512_bf16`), or None where it did not
-    build or was built without avx512_bf16 (then torch's matmul is as good as a scalar loop)."""
-    module = _module("linear_cpu")
-    return module if module is not None and module.has_avx512_bf16() else None
+def layer_cpu():
+    """The compiled per-layer ops (`linear`, `rms_norm`, `rope`, `silu_mul`, `has_avx512_bf16`), or
+    None. `linear` needs avx512_bf16 (runtime.ops checks); the others run on any build."""
+    return _module("layer_cpu")
 
 
 if __name__ == "__main__":

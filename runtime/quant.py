@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from runtime.config import WEIGHT_KINDS
 from runtime.errors import UserError
-from runtime.linear import Linear
+from runtime.ops import Linear
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 
@@ -140,7 +140,7 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
     if weights != "same":
         for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
             for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):   # nn.Linear and runtime.linear.Linear
+                if isinstance(child, nn.Linear):   # nn.Linear and runtime.ops.Linear
                     setattr(parent, name, QUANTIZED[weights](child))
         for m in out.modules():
             if isinstance(m, Int4Linear):

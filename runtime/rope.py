@@ -13,6 +13,7 @@ import math
 import torch
 
 from runtime.config import ModelConfig
+from runtime.ops import rope
 
 
 def inverse_frequencies(cfg: ModelConfig, run_length: int) -> tuple[torch.Tensor, float]:
@@ -95,9 +96,6 @@ class Rope:
         return cos, sin
 
     @staticmethod
-    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [B, h, T, D], cos/sin [B, T, D] -> [B, h, T, D]."""
-        cos, sin = cos[:, None], sin[:, None]
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, h, T, D], cos/sin [B, T, D] -> [B, h, T, D], into `out` (e.g. a cache slice) when given."""
+        return rope(x, cos, sin, out)

@@ -1,0 +1,242 @@
+// The per-layer ops of a CPU decode/verify pass, each one call where torch takes several:
+//   linear    y [N, O] = x [N, K] . w [O, K]^T (+ bias [O]), bf16 (the bytes of a pass)
+//   rms_norm  out = w * (x / rms(x)), fp32 statistics             (torch: 8 ops)
+//   rope      out = x * cos + rotate_half(x) * sin, into any view (torch: 6 ops and a copy)
+//   silu_mul  out = silu(gate) * up from the fused gate_up output (torch: 3 ops)
+// At T = 1 a layer's ~50 small torch ops cost as much as reading its weights (a few us each,
+// 30 layers); these cut them to ~20. The glue ops take bf16 or fp32, compute in fp32 and
+// round once; every output row depends only on its input row (row-invariant, as linear).
+//
+// Pure-torch twins: runtime/ops.py (tests/test_ops.py checks each pair agrees).
+//
+// linear:
+//
+// Why: a decode pass multiplies N = 1..16 rows by every weight matrix, so it is bound by reading
+// the weights (2 bytes per weight, N*2 FLOPs per weight: at N = 16 and this CPU's ~5.5 FLOP/byte
+// balance it becomes compute-bound). torch's bf16 GEMM reads the weights at a fraction of the
+// memory bandwidth for so few rows. Here each thread streams its own slab of weight rows once:
+// * work items are blocks of MR = 4 weight rows; threads take contiguous runs of blocks
+//   (at::parallel_for), so each thread reads its slab of w exactly once;
+// * inside a block, the x rows go by in tiles of up to NR = 4; the block's 4 weight rows
+//   (4 * K * 2 bytes, <= 16 KB for K <= 2048) stay in L1 across the tiles;
+// * products run on vdpbf16ps (avx512_bf16): 32 bf16 products per instruction into 16 fp32
+//   lanes per (row, weight row) accumulator; the K tail is a masked load; accumulation is fp32
+//   and the sum is rounded once to bf16 (round to nearest even), as torch does.
+// * Row-invariant: y[n, o] is computed by the same sequence of operations whatever N, the tiling
+//   and the thread count, so a T-token verify pass gives bitwise the rows of T 1-token passes.
+//
+// Cost: bytes = O*K*2 (+ N*K*2 + N*O*2, small); FLOPs = 2*N*O*K.
+//
+// Built with -march=native; without avx512f/avx512bw/avx512_bf16 (or in the portable build)
+// has_avx512_bf16() is false and callers use torch instead.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#define TF_AVX512 1
+#include <immintrin.h>
+#else
+#define TF_AVX512 0
+#endif
+
+namespace {
+
+constexpr int MR = 4;   // weight rows per block (one accumulator each per x row)
+constexpr int NR = 4;   // x rows per tile: MR * NR = 16 accumulators + MR weight vectors in zmm
+
+bool has_avx512_bf16() { return TF_AVX512 != 0; }
+
+#if TF_AVX512
+// out[n][m] = sum_k x[n, k] * w[m, k] for n < nr, m < mr (fp32 sums, before bias and rounding).
+template <int nr, int mr>
+inline void tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t K,
+                 float out[NR][MR]) {
+  __m512 acc[nr][mr];
+  for (int n = 0; n < nr; ++n)
+    for (int m = 0; m < mr; ++m) acc[n][m] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m512bh wv[mr];
+    for (int m = 0; m < mr; ++m) wv[m] = (__m512bh)_mm512_loadu_si512(w + m * ldw + k);
+    for (int n = 0; n < nr; ++n) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + n * ldx + k);
+      for (int m = 0; m < mr; ++m) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], xv, wv[m]);
+    }
+  }
+  if (k < K) {  // tail: masked-off lanes load as zero, so they add 0 * 0
+    const __mmask32 mask = (__mmask32)((1ull << (K - k)) - 1);
+    __m512bh wv[mr];
+    for (int m = 0; m < mr; ++m) wv[m] = (__m512bh)_mm512_maskz_loadu_epi16(mask, w + m * ldw + k);
+    for (int n = 0; n < nr; ++n) {
+      const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + n * ldx + k);
+      for (int m = 0; m < mr; ++m) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], xv, wv[m]);
+    }
+  }
+  for (int n = 0; n < nr; ++n)
+    for (int m = 0; m < mr; ++m) out[n][m] = _mm512_reduce_add_ps(acc[n][m]);
+}
+
+template <int mr>
+void block_rows(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* w, int64_t ldw, int64_t K,
+                float out[NR][MR], int64_t n0) {
+  switch (std::min<int64_t>(NR, N - n0)) {
+    case 4: tile<4, mr>(x + n0 * ldx, ldx, w, ldw, K, out); break;
+    case 3: tile<3, mr>(x + n0 * ldx, ldx, w, ldw, K, out); break;
+    case 2: tile<2, mr>(x + n0 * ldx, ldx, w, ldw, K, out); break;
+    default: tile<1, mr>(x + n0 * ldx, ldx, w, ldw, K, out); break;
+  }
+}
+#endif
+
+// y [N, O] bf16 = x [N, K] bf16 . w [O, K]^T bf16 (+ bias [O], any float dtype), fp32 accumulation.
+torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
+              "linear: x [N, K] and w [O, K] expected, got ", x.sizes(), " and ", w.sizes());
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16,
+              "linear: bf16 x and w expected, got ", x.scalar_type(), " and ", w.scalar_type());
+  TORCH_CHECK(x.stride(1) == 1 && w.stride(1) == 1, "linear: x and w need unit stride in K");
+  TORCH_CHECK(has_avx512_bf16(), "linear: built without avx512_bf16 (callers check has_avx512_bf16())");
+  const int64_t N = x.size(0), K = x.size(1), O = w.size(0);
+  auto y = torch::empty({N, O}, x.options());
+  torch::Tensor b32;
+  if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
+#if TF_AVX512
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+  auto* yp = y.data_ptr<at::BFloat16>();
+  const float* bp = b32.defined() ? b32.data_ptr<float>() : nullptr;
+  const int64_t ldx = x.stride(0), ldw = w.stride(0), blocks = (O + MR - 1) / MR;
+  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
+    float out[NR][MR];
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t o0 = blk * MR, mr = std::min<int64_t>(MR, O - o0);
+      const uint16_t* wb = wp + o0 * ldw;
+      for (int64_t n0 = 0; n0 < N; n0 += NR) {
+        switch (mr) {
+          case 4: block_rows<4>(xp, ldx, N, wb, ldw, K, out, n0); break;
+          case 3: block_rows<3>(xp, ldx, N, wb, ldw, K, out, n0); break;
+          case 2: block_rows<2>(xp, ldx, N, wb, ldw, K, out, n0); break;
+          default: block_rows<1>(xp, ldx, N, wb, ldw, K, out, n0); break;
+        }
+        for (int64_t n = n0; n < std::min<int64_t>(N, n0 + NR); ++n)
+          for (int64_t m = 0; m < mr; ++m) {
+            const float s = out[n - n0][m] + (bp ? bp[o0 + m] : 0.f);
+            yp[n * O + o0 + m] = at::BFloat16(s);  // round to nearest even
+          }
+      }
+    }
+  });
+#endif
+  return y;
+}
+
+template <typename T> inline float load(const T* p, int64_t i) { return static_cast<float>(p[i]); }
+template <typename T> inline T store(float v) { return static_cast<T>(v); }  // bf16: round to nearest even
+
+// Rows are independent: split them over threads only when there are enough to pay for it.
+template <typename F> void rows_parallel(int64_t rows, int64_t row_cost, F&& f) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(row_cost, 1));
+  if (rows <= grain) { f(0, rows); return; }
+  at::parallel_for(0, rows, grain, f);
+}
+
+void check_glue(const torch::Tensor& t, const char* op, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat, op, ": ", name,
+              " must be bf16 or fp32, got ", t.scalar_type());
+  TORCH_CHECK(t.size(-1) == 0 || t.stride(-1) == 1, op, ": ", name, " needs unit stride in its last dim");
+}
+
+// x [..., E] -> w * round(x * rsqrt(mean(x^2) + eps)): the normalized row is rounded to the dtype
+// before the weight multiplies it, as transformers' LlamaRMSNorm does; w has x's dtype.
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  check_glue(x, "rms_norm", "x");
+  x = x.contiguous();
+  const int64_t E = x.size(-1), rows = x.numel() / std::max<int64_t>(E, 1);
+  TORCH_CHECK(w.dim() == 1 && w.size(0) == E && w.scalar_type() == x.scalar_type() && w.stride(0) == 1,
+              "rms_norm: w must be [", E, "] of x's dtype, got ", w.sizes(), " ", w.scalar_type());
+  auto out = torch::empty_like(x);
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* wp = w.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    rows_parallel(rows, E, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const scalar_t* xr = xp + r * E;
+        scalar_t* orow = op + r * E;
+        float ss = 0.f;
+        for (int64_t e = 0; e < E; ++e) { const float v = load(xr, e); ss += v * v; }
+        const float inv = 1.f / std::sqrt(ss / E + static_cast<float>(eps));
+        for (int64_t e = 0; e < E; ++e)
+          orow[e] = store<scalar_t>(load(wp, e) * static_cast<float>(store<scalar_t>(load(xr, e) * inv)));
+      }
+    });
+  });
+  return out;
+}
+
+// out [B, h, T, D] = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[D/2:], x[:D/2]);
+// x and out any strides with unit stride in D (out may be a slice of a cache), cos/sin [B, T, D].
+void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor out) {
+  for (auto* t : {&x, &cos, &sin, &out}) check_glue(*t, "rope", "x/cos/sin/out");
+  TORCH_CHECK(x.dim() == 4 && out.sizes() == x.sizes() && cos.dim() == 3 && cos.sizes() == sin.sizes() &&
+              cos.size(0) == x.size(0) && cos.size(1) == x.size(2) && cos.size(2) == x.size(3) && x.size(3) <= 512,
+              "rope: x/out [B, h, T, D <= 512] and cos/sin [B, T, D] expected, got ", x.sizes(), out.sizes(), cos.sizes());
+  TORCH_CHECK(x.scalar_type() == out.scalar_type() && cos.scalar_type() == x.scalar_type() &&
+              sin.scalar_type() == x.scalar_type(), "rope: x, cos, sin and out must share a dtype");
+  const int64_t B = x.size(0), h = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rope", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* cp = cos.data_ptr<scalar_t>();
+    const scalar_t* sp = sin.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
+    rows_parallel(B * h * T, D, [&](int64_t begin, int64_t end) {
+      float tmp[512];
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t b = r / (h * T), i = (r / T) % h, t = r % T;
+        const scalar_t* xr = xp + b * x.stride(0) + i * x.stride(1) + t * x.stride(2);
+        const scalar_t* cr = cp + b * cos.stride(0) + t * cos.stride(1);
+        const scalar_t* sr = sp + b * sin.stride(0) + t * sin.stride(1);
+        scalar_t* orow = op + b * out.stride(0) + i * out.stride(1) + t * out.stride(2);
+        for (int64_t d = 0; d < D; ++d) {
+          const float rot = d < half ? -load(xr, d + half) : load(xr, d - half);
+          tmp[d] = load(xr, d) * load(cr, d) + rot * load(sr, d);
+        }
+        for (int64_t d = 0; d < D; ++d) orow[d] = store<scalar_t>(tmp[d]);  // after reading: out may alias x
+      }
+    });
+  });
+}
+
+// gate_up [..., 2F] (gate then up, as the fused projection writes them) -> silu(gate) * up [..., F]
+torch::Tensor silu_mul(torch::Tensor gate_up) {
+  check_glue(gate_up, "silu_mul", "gate_up");
+  gate_up = gate_up.contiguous();
+  const int64_t F2 = gate_up.size(-1), F = F2 / 2, rows = gate_up.numel() / std::max<int64_t>(F2, 1);
+  auto sizes = gate_up.sizes().vec();
+  sizes.back() = F;
+  auto out = torch::empty(sizes, gate_up.options());
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, gate_up.scalar_type(), "silu_mul", [&] {
+    const scalar_t* gp = gate_up.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
+    rows_parallel(rows, F, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        for (int64_t f = 0; f < F; ++f) {
+          const float g = load(gp + r * F2, f), u = load(gp + r * F2 + F, f);
+          op[r * F + f] = store<scalar_t>(g / (1.f + std::exp(-g)) * u);
+        }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("linear", &linear, "CPU linear for few rows: x [N,K] . w [O,K]^T (+ bias) -> [N,O], bf16",
+        py::arg("x"), py::arg("w"), py::arg("bias") = py::none());
+  m.def("rms_norm", &rms_norm, "x [..., E], w [E] -> w * x / rms(x)", py::arg("x"), py::arg("w"), py::arg("eps"));
+  m.def("rope", &rope, "out [B,h,T,D] = x * cos + rotate_half(x) * sin", py::arg("x"), py::arg("cos"),
+        py::arg("sin"), py::arg("out"));
+  m.def("silu_mul", &silu_mul, "gate_up [..., 2F] -> silu(gate) * up [..., F]", py::arg("gate_up"));
+  m.def("has_avx512_bf16", &has_avx512_bf16, "whether the avx512_bf16 kernel was compiled in");
+}

@@ -1,0 +1,130 @@
+"""The native per-layer ops (runtime/csrc/layer_cpu.cpp) against their torch twins (runtime/ops.py).
+
+linear: the few-row shapes decode and verify passes produce (N = 1..16 rows, K with and without a
+32-wide tail, O not a multiple of the 4-row block, strided weight views as tensor parallelism makes
+them, a bias), the row invariance a verify pass relies on, and the dispatch. rms_norm, rope and
+silu_mul: bf16 and fp32, rows of any count, rope into a strided cache slice and in place."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runtime import ops as linear_mod
+from runtime import native
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    module = native.layer_cpu()
+    if module is None or not module.has_avx512_bf16():
+        pytest.skip("native linear not built with avx512_bf16 on this CPU (torch's F.linear runs instead)")
+    return module
+
+
+def ref(x, w, b=None):
+    # fp32 reference from the same bf16 inputs, rounded once to bf16 as the kernel rounds
+    return F.linear(x.float(), w.float(), None if b is None else b.float()).bfloat16()
+
+
+@pytest.mark.parametrize("N", [1, 2, 3, 4, 5, 7, 8, 13, 16])
+@pytest.mark.parametrize("O,K", [(64, 32), (7, 576), (131, 100), (960, 576), (576, 1536), (5, 17)])
+def test_kernel_matches_fp32_reference(kernel, N, O, K):
+    g = torch.Generator().manual_seed(N * 1000 + O + K)
+    x, w = torch.randn(N, K, generator=g).bfloat16(), torch.randn(O, K, generator=g).bfloat16()
+    out = kernel.linear(x, w)
+    assert out.shape == (N, O) and out.dtype == torch.bfloat16
+    expect = ref(x, w)
+    # both sum the same bf16 products in fp32 (different orders), then round to bf16 once:
+    # they differ by at most a unit or two in the last place of bf16 (2^-7 relative)
+    torch.testing.assert_close(out.float(), expect.float(), rtol=2 ** -7, atol=1e-3 * K ** 0.5)
+
+
+def test_bias_and_strided_weight(kernel):
+    g = torch.Generator().manual_seed(1)
+    full = torch.randn(50, 200, generator=g).bfloat16()
+    w = full[:, 40:136]                          # a column slice: stride(0) = 200, as TP shards it
+    x, b = torch.randn(3, 96, generator=g).bfloat16(), torch.randn(50, generator=g).bfloat16()
+    torch.testing.assert_close(kernel.linear(x, w, b).float(), ref(x, w, b).float(), rtol=2 ** -7, atol=1e-2)
+
+
+def test_rows_do_not_depend_on_the_other_rows(kernel):
+    """A T-row call gives bitwise the rows of T one-row calls (the verify pass equals the decode
+    passes it replaces, as far as the linears go)."""
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(13, 576, generator=g).bfloat16(), torch.randn(1000, 576, generator=g).bfloat16()
+    together = kernel.linear(x, w)
+    alone = torch.cat([kernel.linear(x[i:i + 1], w) for i in range(13)])
+    assert torch.equal(together, alone)
+
+
+def test_dispatch(kernel, monkeypatch):
+    """Few bf16 rows without autograd take the kernel; many rows, fp32 and autograd take F.linear."""
+    calls = []
+    counting = SimpleNamespace(linear=lambda *a: calls.append(1) or kernel.linear(*a), has_avx512_bf16=lambda: True)
+    monkeypatch.setattr(native, "layer_cpu", lambda: counting)
+    w = torch.randn(8, 64).bfloat16()
+    linear_mod.linear(torch.randn(2, 3, 64).bfloat16(), w)
+    assert calls == [1]
+    linear_mod.linear(torch.randn(linear_mod.MAX_ROWS + 1, 64).bfloat16(), w)
+    linear_mod.linear(torch.randn(2, 64), w.float())
+    linear_mod.linear(torch.randn(2, 64).bfloat16().requires_grad_(), w)
+    assert calls == [1]
+    out = linear_mod.linear(torch.randn(2, 3, 64).bfloat16(), w)
+    assert out.shape == (2, 3, 8)
+
+
+@pytest.fixture
+def torch_twin(monkeypatch):
+    """Calls runtime.ops with the native module hidden: the pure-torch path."""
+    def call(fn, *args, **kw):
+        with monkeypatch.context() as m:
+            m.setattr(native, "layer_cpu", lambda: None)
+            return fn(*args, **kw)
+    return call
+
+
+GLUE_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=2 ** -7)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_rms_norm_matches_twin(kernel, torch_twin, dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    x, w = (3 * torch.randn(1, rows, 576, generator=g)).to(dtype), torch.randn(576, generator=g).to(dtype)
+    out = linear_mod.rms_norm(x, w, 1e-5)
+    assert out.dtype == dtype and out.shape == x.shape
+    torch.testing.assert_close(out, torch_twin(linear_mod.rms_norm, x, w, 1e-5), **GLUE_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 5])
+def test_rope_matches_twin_into_a_cache_slice(kernel, torch_twin, dtype, T):
+    g = torch.Generator().manual_seed(T)
+    qkv = torch.randn(2, T, 5, 64, generator=g).to(dtype)
+    x = qkv.transpose(1, 2)[:, 1:4]                       # [B, h=3, T, D], strided as Attention.project makes it
+    cos, sin = torch.randn(2, T, 64, generator=g).to(dtype), torch.randn(2, T, 64, generator=g).to(dtype)
+    expect = torch_twin(linear_mod.rope, x, cos, sin)
+    torch.testing.assert_close(linear_mod.rope(x, cos, sin), expect, **GLUE_TOL[dtype])
+    cache = torch.zeros(2, 3, T + 7, 64, dtype=dtype)
+    linear_mod.rope(x, cos, sin, out=cache[:, :, 4:4 + T])
+    torch.testing.assert_close(cache[:, :, 4:4 + T], expect, **GLUE_TOL[dtype])
+    assert cache[:, :, :4].abs().sum() == 0 and cache[:, :, 4 + T:].abs().sum() == 0   # nothing outside the slice
+    inplace = x.clone()
+    linear_mod.rope(inplace, cos, sin, out=inplace)       # out aliasing x: each row is read before it is written
+    torch.testing.assert_close(inplace, expect, **GLUE_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_matches_twin(kernel, torch_twin, dtype):
+    gate_up = (4 * torch.randn(2, 3, 2 * 1536, generator=torch.Generator().manual_seed(0))).to(dtype)
+    out = linear_mod.silu_mul(gate_up)
+    assert out.shape == (2, 3, 1536)
+    torch.testing.assert_close(out, torch_twin(linear_mod.silu_mul, gate_up), **GLUE_TOL[dtype])
+
+
+def test_glue_falls_back_under_autograd(kernel):
+    """Training (distillation) needs gradients: the ops take torch's path and gradients flow."""
+    x = torch.randn(2, 8, requires_grad=True)
+    linear_mod.rms_norm(x, torch.ones(8), 1e-5).sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
