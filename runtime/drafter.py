@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from runtime.config import ModelConfig
 from runtime.errors import UserError
-from runtime.io_utils import building
+from runtime.io_utils import building, recover_dir
 from runtime.model import checkpoint_files
 
 # Files copied from the target so a drafter directory is a complete Hugging Face checkpoint.
@@ -120,8 +120,7 @@ def default_drafter_dir() -> Path:
     with _locked(target.parent / f".{target.name}.lock"):
         if _drafter_ready(target, manifest):  # another process finished while we waited
             return target
-        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # we hold the lock: killed assemblers'
-            shutil.rmtree(stale, ignore_errors=True)
+        recover_dir(target)   # we hold the lock: temp dirs here are killed assemblers'
         with building(target) as tmp:  # replaces a stale one (an older repo drafter) too
             assemble_drafter(compact, base, tmp)
     return target
