@@ -15,7 +15,7 @@ from runtime.distill.checkpoint import Run, check_out_dir, prepare, run_lock, sa
 from runtime.distill.config import DistillConfig
 from runtime.distill.corpus import sample_windows
 from runtime.distill.student import agreement, distill_loss, held_out_metrics, teacher_logits, trainable, window_logits
-from runtime.io_utils import ProgressLine, recover_dir
+from runtime.io_utils import ProgressLine, clock, recover_dir
 from runtime.model import Transformer
 
 
@@ -42,12 +42,6 @@ def learning_rate(cfg: DistillConfig, step: int, spent: float) -> float:
 
 
 
-def _clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
-    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
-
-
 def status_text(run: Run, losses: deque, step_times: deque, tokens_per_step: int) -> str:
     cfg, st = run.cfg, run.state
     tok_s = tokens_per_step * len(step_times) / max(sum(step_times), 1e-9)
@@ -59,7 +53,7 @@ def status_text(run: Run, losses: deque, step_times: deque, tokens_per_step: int
     loss = f"{sum(losses) / len(losses):.3f}" if losses else "-"
     of = f"/{cfg.steps}" if cfg.steps is not None else ""
     return (f"[distill] step {st.step}{of} | {tok_s:.0f} tok/s | loss {loss} | held-out agreement {agree} | "
-            f"{_clock(st.elapsed_s)} elapsed | ETA {_clock(min(remaining)) if remaining else '?'}")
+            f"{clock(st.elapsed_s)} elapsed | ETA {clock(min(remaining)) if remaining else '?'}")
 
 
 def measure(run: Run, loss: float | None) -> None:
@@ -130,7 +124,7 @@ def distill(cfg: DistillConfig, tokens: torch.Tensor | None = None, command: str
         run.state.elapsed_s += time.monotonic() - started
         save_checkpoint(out, run)
     final = run.state.final
-    log(f"done: step {run.state.step}, {run.state.tokens_seen:,} tokens, {_clock(run.state.elapsed_s)}; held-out "
+    log(f"done: step {run.state.step}, {run.state.tokens_seen:,} tokens, {clock(run.state.elapsed_s)}; held-out "
         f"agreement {final['agreement']:.1%}, accept rate (T=1) {final['accept_rate']:.1%}, "
         f"KL {final['kl']:.3f}; checkpoint: {out}")
     return run.report()
