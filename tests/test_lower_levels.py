@@ -101,16 +101,8 @@ def level(name, model, params):
     return Level(name, model, cache, params, 8)
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny passes are all overhead; on a shared CPU, thread hand-offs make them 10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target, one_thread):
+def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target):
+    torch.set_num_threads(1)   # tiny passes: thread hand-offs make them 10x slower (conftest restores it)
     params = SamplingParams(temperature=1.0)
     drafter = lower_level_copy(tiny_target, "int4", kept=torch.tensor([0, 2, 3]))   # zero mass on 1, 4, 5
     middle = lower_level_copy(tiny_target, "int8")
