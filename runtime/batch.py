@@ -34,6 +34,7 @@ from runtime.batch_output import OutputFile, manifest_for
 from runtime.batch_replicas import Limits, LocalPool, RayPool, Replica, schedule  # noqa: F401
 from runtime.config import RunConfig, load_run_config
 from runtime.errors import UserError
+from runtime.io_utils import ProgressLine, clock
 
 # ------------------------------------------------------------------------------------ progress
 def acceptance_of(record: dict) -> float | None:
@@ -41,12 +42,12 @@ def acceptance_of(record: dict) -> float | None:
 
 
 class Progress:
-    """One status line on stderr: records done/total, tokens/s, mean acceptance, ETA."""
+    """Records done/total, tokens/s, mean acceptance and ETA on the one progress line."""
 
     def __init__(self, total: int, already: int):
         self.total, self.done, self.start = total, already, time.perf_counter()
-        self.new_done, self.errors, self.tokens, self.acceptances, self.last_print = 0, 0, 0, [], 0.0
-        self.tty = sys.stderr.isatty()
+        self.new_done, self.errors, self.tokens, self.acceptances = 0, 0, 0, []
+        self.line = ProgressLine(every_s=1.0)
 
     def update(self, record: dict) -> None:
         self.done += 1
@@ -55,33 +56,21 @@ class Progress:
         self.tokens += len(record.get("token_ids") or [])
         if acceptance_of(record) is not None:
             self.acceptances.append(acceptance_of(record))
-        self.show()
+        self.show(force=self.done == self.total)
 
     def show(self, force: bool = False) -> None:
-        now = time.perf_counter()
-        if not (force or self.tty or now - self.last_print >= 1.0 or self.done == self.total):
-            return
-        self.last_print = now
-        elapsed = now - self.start
+        elapsed = time.perf_counter() - self.start
         rate = self.new_done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
         acc = f"{sum(self.acceptances) / len(self.acceptances):.2f}" if self.acceptances else "-"
-        bar_width = 20
-        filled = int(bar_width * self.done / self.total)
-        line = (f"[triforce] batch [{'#' * filled}{'.' * (bar_width - filled)}] {self.done}/{self.total} records "
-                f"({self.errors} errors) | {self.tokens / elapsed if elapsed > 0 else 0:.1f} tok/s | "
-                f"acceptance {acc} | ETA {_duration(eta)}")
-        print(line, file=sys.stderr, end="\r" if self.tty else "\n", flush=True)
+        filled = int(20 * self.done / self.total)   # a bar 20 characters wide
+        self.line.show(f"[triforce] batch [{'#' * filled}{'.' * (20 - filled)}] {self.done}/{self.total} records "
+                       f"({self.errors} errors) | {self.tokens / elapsed if elapsed > 0 else 0:.1f} tok/s | "
+                       f"acceptance {acc} | ETA {clock(eta)}", force)
 
     def note(self, message: str) -> None:
-        print(f"\n[triforce] {message}" if self.tty else f"[triforce] {message}", file=sys.stderr, flush=True)
-
-
-def _duration(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "-"
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+        self.line.close()   # the note on its own line
+        print(f"[triforce] {message}", file=sys.stderr, flush=True)
 
 
 # -------------------------------------------------------------------------------------- report
@@ -116,13 +105,11 @@ def write_report(report_dir: Path, summary: dict) -> list[Path]:
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     written = [report_dir / "summary.json"]
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from runtime.bench import plots
     rows = summary["per_record"]
     for key, label, name in (("decode_tokens_per_s", "decode tokens/s", "tokens_per_s.png"),
                              ("acceptance", "target acceptance", "acceptance.png")):
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plots.pyplot().subplots(figsize=(6, 4))
         for mode in sorted({r["mode"] for r in rows}):
             pts = [(r["prompt_tokens"], r[key]) for r in rows if r["mode"] == mode and r[key] is not None]
             if pts:
@@ -132,10 +119,7 @@ def write_report(report_dir: Path, summary: dict) -> list[Path]:
         ax.set_title(f"{label} per record")
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
-        fig.tight_layout()
-        fig.savefig(report_dir / name, dpi=100)
-        plt.close(fig)
-        written.append(report_dir / name)
+        written.append(plots.save(fig, report_dir / name))
     return written
 
 
@@ -253,8 +237,7 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path, limits:
         finally:
             pool.close()
     progress.show(force=True)
-    if progress.tty:
-        print(file=sys.stderr)
+    progress.line.close()
     wall = time.perf_counter() - start
     ids = {j["id"] for j in [*jobs, *errors]}
     records = [r for i, r in output.done.items() if i in ids]

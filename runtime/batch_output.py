@@ -18,8 +18,8 @@ import socket
 import time
 from pathlib import Path
 
-from runtime.durable import fsync_dir
 from runtime.errors import UserError
+from runtime.io_utils import atomic_write
 
 MANIFEST_VERSION = 1
 
@@ -29,18 +29,11 @@ def sidecar(path: Path, suffix: str) -> Path:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """data at path, all or nothing: temp file, fsync, rename, fsync of the directory."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """data at path, all or nothing and durable; a failure is one line (disk full: --resume)."""
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: f.write(data))
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise _write_error(path, e) from None
-    fsync_dir(path.parent)
 
 
 def _write_error(path: Path, e: OSError) -> UserError:

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_generate_args(gen)
     gen.set_defaults(func=cmd_generate)
     from runtime.bench import add_bench_parser
-    from runtime.distill import add_distill_parser
+    from runtime.distill.command import add_distill_parser
     add_distill_parser(sub)
     add_bench_parser(sub)
     from offload.plan import add_plan_parser

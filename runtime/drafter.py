@@ -1,7 +1,7 @@
 """The drafter of the embedded target: stored compact in the repo (drafters/NAME/: its own
 layers in bf16 + a drafter.json manifest), assembled on first use into a complete checkpoint by
 adding the tensors it shares with its target (embeddings; lm_head when untied) and the target's
-tokenizer files. `triforce distill` (runtime/distill.py) makes such drafters; the engine and the
+tokenizer files. `triforce distill` (runtime/distill/) makes such drafters; the engine and the
 planner only need this module.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from runtime.config import ModelConfig
 from runtime.errors import UserError
-from runtime.io_utils import building
+from runtime.io_utils import building, recover_dir
 from runtime.model import checkpoint_files
 
 # Files copied from the target so a drafter directory is a complete Hugging Face checkpoint.
@@ -58,6 +58,17 @@ def read_tensors(model_dir: Path, names: Callable[[str], bool]) -> dict[str, tor
     return tensors
 
 
+def drafter_config(target_raw: dict, layers: int, dtype: str) -> dict:
+    """The target's config.json cut to `layers` decoder layers (per-layer lists trimmed)."""
+    raw = dict(target_raw, num_hidden_layers=layers)
+    if isinstance(raw.get("layer_types"), list):
+        raw["layer_types"] = raw["layer_types"][:layers]
+    if "max_window_layers" in raw:
+        raw["max_window_layers"] = min(raw["max_window_layers"], layers)
+    raw["torch_dtype" if "torch_dtype" in raw and "dtype" not in raw else "dtype"] = dtype
+    return raw
+
+
 def assemble_drafter(compact_dir: Path, target_dir: Path, out_dir: Path, manifest: bool = True) -> None:
     """A self-contained fp32 checkpoint in out_dir (new or empty): the compact drafter's
     tensors + the shared ones read from the target + the target's tokenizer files."""
@@ -78,7 +89,7 @@ def assemble_drafter(compact_dir: Path, target_dir: Path, out_dir: Path, manifes
     tensors = {k: v.float().contiguous() for k, v in (own | shared).items()}
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config = json.loads((compact_dir / "config.json").read_text())
-    config["torch_dtype" if "torch_dtype" in config and "dtype" not in config else "dtype"] = "float32"
+    config = drafter_config(config, config["num_hidden_layers"], "float32")
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     copy_tokenizer_files(target_dir, out_dir)
     if info:
@@ -109,8 +120,7 @@ def default_drafter_dir() -> Path:
     with _locked(target.parent / f".{target.name}.lock"):
         if _drafter_ready(target, manifest):  # another process finished while we waited
             return target
-        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # we hold the lock: killed assemblers'
-            shutil.rmtree(stale, ignore_errors=True)
+        recover_dir(target)   # we hold the lock: temp dirs here are killed assemblers'
         with building(target) as tmp:  # replaces a stale one (an older repo drafter) too
             assemble_drafter(compact, base, tmp)
     return target

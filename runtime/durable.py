@@ -78,16 +78,6 @@ def check_ready(root: Path, full: bool = False) -> str | None:
     return None
 
 
-def replace_durably(tmp: Path, target: Path) -> None:
-    """os.replace(tmp, target) with tmp's contents fsynced first and the rename fsynced after."""
-    if tmp.is_dir():
-        fsync_tree(tmp)
-    else:
-        fsync_file(tmp)
-    os.replace(tmp, target)
-    fsync_dir(target.parent)
-
-
 def not_writable(directory: Path, error: OSError, variable: str | None = None) -> UserError:
     """One line for a directory we cannot write: read-only, no permission, or full."""
     if error.errno == errno.ENOSPC:

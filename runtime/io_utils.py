@@ -1,9 +1,6 @@
 """Files written so that a reader never sees half of them: one file (`atomic_write`) or a whole
 directory (`building`, swapped in by `swap_in`, repaired by `recover_dir`), and the one progress
-line of the project (`ProgressLine`). A leaf module (rule 11).
-
-runtime/batch.py and runtime/assets.py still hold their own helpers of this kind (another change
-is editing those files); they should move here.
+line of the project (`ProgressLine`, with `clock` for its durations). A leaf module (rule 11).
 """
 from __future__ import annotations
 
@@ -17,20 +14,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from runtime.durable import check_ready, fsync_dir, write_ready
+from runtime.errors import UserError
+
 
 def atomic_write(path: Path, write: Callable, mode: int = 0o644) -> None:
-    """Writes `path` through write(binary file object) into a temp file beside it, then renames it
-    over `path` (atomic: readers and concurrent writers of the same bytes never see a torn file)."""
+    """Writes `path` through write(binary file object) into a temp file beside it, fsyncs it, renames
+    it over `path` and fsyncs the directory (atomic and durable: readers and concurrent writers of
+    the same bytes never see a torn file, nor a crash an empty one). OSError passes through."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, mode)   # mkstemp makes it owner-only; caches and checkpoints are shared
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
 
 
 def _fresh_dir(near: Path) -> Path:
@@ -61,7 +65,6 @@ def building(out: Path) -> Iterator[Path]:
     """A fresh temp dir beside `out` to write into; on success its files are made world-readable,
     fsynced, hashed into READY.json and verified, and it is swapped in for `out`; on any failure it
     is removed."""
-    from runtime.durable import check_ready, fsync_dir, write_ready
     tmp = _fresh_dir(out)
     try:
         yield tmp
@@ -70,7 +73,7 @@ def building(out: Path) -> Iterator[Path]:
         write_ready(tmp)
         problem = check_ready(tmp, full=True)
         if problem:
-            raise RuntimeError(f"checkpoint in {str(tmp)!r} does not verify after writing: {problem}")
+            raise UserError(f"{str(tmp)!r} does not verify after writing ({problem}); run again")
         swap_in(tmp, out)
         fsync_dir(out.parent)
     except BaseException:
@@ -113,3 +116,12 @@ class ProgressLine:
             self.stream.write("\n")
             self.stream.flush()
             self.width = 0
+
+
+def clock(seconds: float) -> str:
+    """A duration for a status line: 1h05m, 4m07s; "-" when unknown (inf, nan)."""
+    if not math.isfinite(seconds):
+        return "-"
+    seconds = max(0, int(seconds))
+    h, m, s = seconds // 3600, seconds // 60 % 60, seconds % 60
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from runtime.errors import UserError
+from runtime.io_utils import atomic_write
 
 
 def _cache_path(tokenizer, corpus: str, text: str) -> Path:
@@ -40,11 +39,7 @@ def corpus_token_counts(tokenizer, vocab_size: int, corpus: str = "kjv") -> torc
         ids = tokenizer(lines[start:start + 4096], add_special_tokens=False)["input_ids"]
         flat = torch.tensor([i for row in ids for i in row], dtype=torch.int64)
         counts += torch.bincount(flat, minlength=vocab_size)[:vocab_size]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    torch.save(counts, tmp)
-    os.replace(tmp, path)                      # atomic: a concurrent reader sees all or nothing
+    atomic_write(path, lambda f: torch.save(counts, f))   # a concurrent reader sees all or nothing
     return counts
 
 

@@ -94,9 +94,7 @@ def test_read_jobs_survives_every_malformed_line(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def replica(default_model_dir):
-    import torch
-    torch.set_num_threads(1)
+def replica(default_model_dir, one_thread):
     return Replica({"model": str(default_model_dir), "max_new_tokens": 2})
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runtime.bench.passes import pass_cost, weight_bytes_and_params
+from runtime.bench.measure import pass_cost, weight_bytes_and_params
 from runtime.cli import main
 from runtime.config import ModelConfig
 from runtime.model import load_model

@@ -29,6 +29,7 @@ def new_cache(model, capacity):
     return FullCache(model.cfg, model.rope(capacity), 1, capacity, model.device, model.dtype)
 
 
+@pytest.mark.slow   # ~10 s: 1100 tokens through transformers' model too
 def test_logits_match_transformers_on_1100_kjv_tokens(default_model_dir, ours, kjv_ids):
     hf = transformers.LlamaForCausalLM.from_pretrained(str(default_model_dir), dtype=torch.float32).eval()
     tokens = torch.tensor([kjv_ids])
@@ -40,6 +41,7 @@ def test_logits_match_transformers_on_1100_kjv_tokens(default_model_dir, ours, k
     assert (got.argmax(-1) == ref.argmax(-1)).float().mean().item() > 0.999
 
 
+@pytest.mark.slow   # ~10 s
 def test_chunked_prefill_then_decode_equals_one_forward(ours, kjv_ids):
     ids = torch.tensor([kjv_ids])                     # [1, 1100]
     whole = ours(ids, new_cache(ours, ids.shape[1]))  # [1, 1100, V]

@@ -16,7 +16,8 @@ The layers, lowest first:
            because it applies offload as a transform (rule 7), so it imports offload/.
   actors   the Ray shells over the engine, core and offload
   apps     what users run: backends (chooses local or Ray), batch, bench, distill
-  entry    cli: the `triforce` command, which registers every application's subcommand
+  entry    cli: the `triforce` command, which registers every application's subcommand; the
+           `python -m` shells that call it
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ LAYERS = {
     "engine": ["runtime.engine", "runtime.batched"],
     "actors": ["actors", "actors.*"],
     "apps": ["runtime.run_args", "runtime.backends", "runtime.batch", "runtime.batch_input", "runtime.batch_output",
-             "runtime.batch_replicas", "runtime.bench", "runtime.bench.*", "runtime.distill"],
-    "entry": ["runtime.cli"],
+             "runtime.batch_replicas", "runtime.bench", "runtime.bench.*", "runtime.distill", "runtime.distill.*"],
+    "entry": ["runtime.cli", "runtime.distill.__main__"],
 }
 ORDER = list(LAYERS)
 
@@ -71,9 +72,10 @@ def imports(path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def layer_of(module: str) -> str:
-    for layer, patterns in LAYERS.items():
-        for p in patterns:
-            if module == p or p.endswith(".*") and module.startswith(p[:-1]):
+    """The layer that names the module, else the one whose `pkg.*` holds it."""
+    for exact in (True, False):
+        for layer, patterns in LAYERS.items():
+            if any(module == p if exact else p.endswith(".*") and module.startswith(p[:-1]) for p in patterns):
                 return layer
     raise AssertionError(f"{module} is in no layer; add it to LAYERS in {__file__}")
 

@@ -101,16 +101,9 @@ def level(name, model, params):
     return Level(name, model, cache, params, 8)
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny passes are all overhead; on a shared CPU, thread hand-offs make them 10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target, one_thread):
+@pytest.mark.slow   # ~25 s: 2000 samples through three real levels
+def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_target):
+    torch.set_num_threads(1)   # tiny passes: thread hand-offs make them 10x slower (conftest restores it)
     params = SamplingParams(temperature=1.0)
     drafter = lower_level_copy(tiny_target, "int4", kept=torch.tensor([0, 2, 3]))   # zero mass on 1, 4, 5
     middle = lower_level_copy(tiny_target, "int8")
@@ -158,6 +151,7 @@ def engine(default_model_dir):
                                                 # from `ar`'s 1-token passes, so near-ties can flip
 
 
+@pytest.mark.slow   # 30-60 s: every lower-level combination on the default model
 def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine):
     from runtime.assets import kjv_books
     ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:180]

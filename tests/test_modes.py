@@ -84,8 +84,9 @@ def test_mode_figures_in_stats(engine, kjv_ids):
     assert set(s["levels"]) == {"drafter", "retrieval", "target"}
     for name in ("retrieval", "target"):
         level = s["levels"][name]
-        assert 0 <= level["accepted"] <= level["drafted"] and "acceptance" in level
+        assert level["accepted"] <= level["drafted"] and level["acceptance"] == round(level["accepted"] / level["drafted"], 4)
         assert level["seconds"] > 0 and level["passes"] > 0
+    assert s["levels"]["target"]["passes"] == s["target_passes"] and "forced_evictions" in s["levels"]["drafter"]
     assert s["tokens_per_target_pass"] == pytest.approx(len(result.token_ids) / s["target_passes"], rel=1e-3)
 
 

@@ -18,6 +18,7 @@ import torch
 from runtime.config import RunConfig
 from runtime.engine import Engine, Result
 from runtime.probes import nvml_gpus
+from runtime.quant import weight_bytes
 
 
 @contextlib.contextmanager
@@ -97,11 +98,22 @@ def measure_hf(model, ids: list[int], new_tokens: int, repeats: int, sampling: d
                 acceptance={}, levels={})
 
 
-def decode_bytes_per_token(model, context: int) -> int:
-    """Bytes one decode step reads: every weight matrix once (quant.weight_bytes; the embedding
-    row is negligible, a tied head reads the matrix once) + the KV cache at this context."""
-    from runtime.quant import weight_bytes
-    return weight_bytes(model) + model.cfg.kv_bytes_per_token(model.dtype.itemsize) * context
+def weight_bytes_and_params(model) -> tuple[int, int]:
+    """Bytes of the weights a pass reads once (weight_bytes: dense, int8 or int4, a tied head
+    once) and the parameters of its matrix products (in x out of every linear layer, dense or
+    quantized, the head included; the embedding is a row lookup)."""
+    params = sum(m.in_features * m.out_features for m in model.modules()
+                 if hasattr(m, "in_features") and hasattr(m, "out_features"))
+    return weight_bytes(model), params
+
+
+def pass_cost(model, kv_tokens: int, T: int) -> tuple[int, int]:
+    """(bytes, FLOPs) of a T-token pass of `model` attending to `kv_tokens` cached positions."""
+    cfg = model.cfg
+    weights, params = weight_bytes_and_params(model)
+    kv = cfg.kv_bytes_per_token(model.dtype.itemsize) * kv_tokens
+    attention = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * kv_tokens * T
+    return weights + kv, 2 * params * T + attention
 
 
 def cpu_name() -> str:

@@ -23,13 +23,13 @@ import time
 import torch
 
 from runtime.bench import plots
+from runtime.bench.measure import pass_cost
 from runtime.probes import read_bandwidth_gbs
 from runtime.bench.registry import register
 from runtime.bench.report import fmt, markdown_table
 from runtime.bench.suites import base_run, prompt_ids
 from runtime.engine import Engine, rebuild_retrieval
 from runtime.errors import UserError
-from runtime.quant import weight_bytes
 
 LEVELS = ("target", "retrieval", "drafter")
 
@@ -47,24 +47,6 @@ def _time(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
-
-
-def weight_bytes_and_params(model) -> tuple[int, int]:
-    """Bytes of the weights a pass reads once (quant.weight_bytes: dense, int8 or int4, a tied head
-    once) and the parameters of its matrix products (in x out of every linear layer, dense or
-    quantized, the head included; the embedding is a row lookup)."""
-    params = sum(m.in_features * m.out_features for m in model.modules()
-                 if hasattr(m, "in_features") and hasattr(m, "out_features"))
-    return weight_bytes(model), params
-
-
-def pass_cost(model, kv_tokens: int, T: int) -> tuple[int, int]:
-    """(bytes, FLOPs) of a T-token pass of `model` attending to `kv_tokens` cached positions."""
-    cfg = model.cfg
-    weights, params = weight_bytes_and_params(model)
-    kv = cfg.kv_bytes_per_token(model.dtype.itemsize) * kv_tokens
-    attention = 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * kv_tokens * T
-    return weights + kv, 2 * params * T + attention
 
 
 def fill_full_cache(cache, S: int, seed: int = 0) -> None:

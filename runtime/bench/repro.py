@@ -1,9 +1,8 @@
 """`triforce bench --suite repro --setting a100|2x4090|1x4090 --target DIR --draft DIR`: the paper's
 GPU experiments, one command each, with the paper's figures printed beside ours.
 
-Settings live in configs/repro/NAME.yaml: the paper's figures, the hardware, the bench sizes, the
-RunConfig keys (`run`) and the keys that arrive with the offload backend (`needs`), which are used
-only once RunConfig has them; until then such a setting is refused by name.
+Settings live in configs/repro/NAME.yaml: the paper's figures, the hardware, the bench sizes and
+the RunConfig keys (`run`, offload placement included).
 """
 from __future__ import annotations
 
@@ -36,21 +35,9 @@ class Setting:
     repeats: int          # runs after one warm-up
     modes: tuple          # modes measured; `ar` first (the baseline)
     run: dict             # RunConfig keys
-    needs: dict           # RunConfig keys of backends not all builds have (offload, on_chip_layers)
-
-    @property
-    def pending(self) -> list[str]:
-        """Keys under `needs` that this build's RunConfig does not know yet."""
-        known = {f.name for f in dataclasses.fields(RunConfig)}
-        return sorted(set(self.needs) - known)
 
     def run_config(self, target: str, draft: str) -> RunConfig:
-        if self.pending:
-            raise UserError(f"setting {self.name!r} needs the RunConfig key(s) {', '.join(self.pending)} "
-                            f"({', '.join(f'{k}: {self.needs[k]}' for k in self.pending)}), which this build does "
-                            "not have yet: they arrive with the offload backend; run setting 'a100' meanwhile")
-        return RunConfig(model=target, draft_model=draft, max_new_tokens=self.new_tokens,
-                         **self.run, **self.needs).validate()
+        return RunConfig(model=target, draft_model=draft, max_new_tokens=self.new_tokens, **self.run).validate()
 
 
 def settings() -> list[str]:
@@ -67,7 +54,7 @@ def load_setting(name: str) -> Setting:
     return Setting(name=name, description=raw["description"], paper=raw["paper"], gpus=int(hardware["gpus"]),
                    min_gpu_memory_gib=float(hardware["min_gpu_memory_gib"]), context=int(bench["context"]),
                    new_tokens=int(bench["new_tokens"]), repeats=int(bench["repeats"]), modes=tuple(bench["modes"]),
-                   run=dict(raw["run"]), needs=dict(raw.get("needs") or {}))
+                   run=dict(raw["run"]))
 
 
 def check_checkpoint(flag: str, path: str | None, role: str) -> str:

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from runtime.bench import plots
-from runtime.bench.measure import decode_bytes_per_token, hf_sampling, measure_hf, measure_ours
+from runtime.bench.measure import hf_sampling, measure_hf, measure_ours, pass_cost
 from runtime.bench.registry import SUITES, register
 from runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
 from runtime.config import RunConfig
@@ -148,7 +148,7 @@ def suite_peers(args: argparse.Namespace) -> dict:
                          speedup_vs_transformers=None)
             rows.append(llama)
             print(table_peers(dict(rows=[llama])).splitlines()[-1], flush=True)
-        floors[dtype] = round(1000 * decode_bytes_per_token(engine.model, len(ids)) / (bandwidth * 1e9), 2)
+        floors[dtype] = round(1000 * pass_cost(engine.model, len(ids), 1)[0] / (bandwidth * 1e9), 2)
         del engine, hf_target, hf_drafter
     return dict(suite="peers", context=args.context, new_tokens=args.new_tokens, repeats=args.repeats,
                 top_p=args.top_p, read_bandwidth_gbs=round(bandwidth, 2), floor_ms_per_token=floors, rows=rows)
