@@ -5,7 +5,7 @@ fallback when the kernel cannot be built."""
 import pytest
 import torch
 
-from runtime import attention, native
+from runtime import attention, native, ops
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}   # max abs error, |out| <~ 1
 
@@ -115,15 +115,19 @@ def test_attend_uses_kernel_for_decode(kernel, monkeypatch):
 
 def test_fallback_when_build_fails(monkeypatch, capsys):
     # No compiler: one line on stderr, and attend runs the torch path.
-    def broken(flavour, flags):
-        raise RuntimeError(f"Error building extension ({flavour})\ng++: not found")
+    def broken(kernel, flavour, flags):
+        raise RuntimeError(f"Error building extension ({kernel}, {flavour})\ng++: not found")
     monkeypatch.setattr(native, "_load", broken)
-    native.attention_cpu.cache_clear()
+    native._module.cache_clear()
     try:
         assert native.attention_cpu() is None
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and "using torch" in lines[0], lines
         q, k, v = torch.randn(1, 4, 3, 64), torch.randn(1, 2, 11, 64), torch.randn(1, 2, 11, 64)
         torch.testing.assert_close(attention.attend(q, k, v), reference(q, k, v))
+        x = torch.randn(2, 3, 8).bfloat16()       # the per-layer ops fall back too (runtime/ops.py)
+        assert native.layer_cpu() is None
+        assert ops.rms_norm(x, torch.ones(8).bfloat16(), 1e-5).shape == x.shape
+        assert ops.linear(x, torch.randn(5, 8).bfloat16()).shape == (2, 3, 5)
     finally:
-        native.attention_cpu.cache_clear()
+        native._module.cache_clear()
