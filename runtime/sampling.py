@@ -71,21 +71,47 @@ def _keep_top_k(scaled: torch.Tensor, k: int) -> torch.Tensor:
     return scaled.masked_fill(scaled < kth, float("-inf"))
 
 
+NUCLEUS_CANDIDATES = 512   # most likely tokens searched for the nucleus first; a full sort only if it is wider
+
+
 def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches top_p, then renormalize.
 
-    A token is kept iff the mass strictly before it (in descending order) is < top_p; the top
-    token has 0 before it, so it is always kept however small top_p is.
+    A token is kept iff the mass strictly before it (in descending order, equal probabilities in
+    index order) is < top_p; the top token has 0 before it, so it is always kept however small
+    top_p is.
     """
     if top_p >= 1.0:
         return probs
-    # stable=True: equal probabilities keep index order, so the cut is deterministic.
-    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)   # [..., V]
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs                 # [..., V]
-    keep_sorted = mass_before < top_p                                        # [..., V]
-    keep = torch.empty_like(keep_sorted).scatter_(-1, order, keep_sorted)    # back to vocab order
+    keep = _nucleus_among_top(probs, top_p)
+    if keep is None:
+        keep = _nucleus_by_sort(probs, top_p)
     kept = probs * keep
     return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def _nucleus_by_sort(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The definition, written out: a stable descending sort of the whole row (V log V: 3.7 ms a
+    row for V = 49,152 on 2 cores, more than a drafter pass)."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)   # [..., V]
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs                 # [..., V]
+    return torch.empty_like(order, dtype=torch.bool).scatter_(-1, order, mass_before < top_p)
+
+
+def _nucleus_among_top(probs: torch.Tensor, top_p: float) -> torch.Tensor | None:
+    """The same set from the NUCLEUS_CANDIDATES largest probabilities (~0.2 ms a row), or None
+    when some row's nucleus may be wider than that. The sorted values, hence the count m of kept
+    tokens, are those of the full sort; the kept ids are every token above the m-th value plus,
+    among tokens equal to it, the lowest ids (the stable sort's order)."""
+    k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
+    top = probs.topk(k, dim=-1).values                                       # [..., k] descending
+    m = ((top.cumsum(dim=-1) - top) < top_p).sum(dim=-1, keepdim=True)       # [..., 1] kept count
+    if k < probs.shape[-1] and bool((m >= k).any()):  # host sync: the nucleus may reach past the candidates
+        return None
+    last = top.gather(-1, m - 1)                                             # [..., 1] the m-th value
+    above, tied = probs > last, probs == last                                # [..., V]
+    need = m - above.sum(dim=-1, keepdim=True)                               # [..., 1] tied tokens kept
+    return above | (tied & (tied.cumsum(dim=-1) <= need))
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

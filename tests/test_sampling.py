@@ -191,3 +191,26 @@ def test_params_greedy_property_and_defaults():
 def test_params_validate_names_the_bad_value_and_range(kwargs, needle):
     with pytest.raises(UserError, match=needle):
         SamplingParams(**kwargs).validate()
+
+
+@pytest.mark.parametrize("V", [10, 700, 49152])
+def test_nucleus_from_the_top_candidates_equals_the_full_sort(V):
+    """The fast nucleus (topk of NUCLEUS_CANDIDATES) keeps exactly the tokens the stable full sort
+    keeps, ties at the cut included (lowest ids first); a nucleus wider than the candidates (a
+    flat row) takes the full sort."""
+    from runtime import sampling
+    g = torch.Generator().manual_seed(V)
+    for trial in range(20):
+        x = torch.randn(3, V, generator=g) * (0.3 + 3 * trial / 20)
+        if trial % 3 == 0:
+            x = torch.round(x * 2) / 2                   # many exact ties, some at the cut
+        probs = torch.softmax(x, -1)
+        for top_p in (0.05, 0.5, 0.9, 0.999):
+            fast = sampling._nucleus_among_top(probs, top_p)
+            if fast is not None:
+                assert torch.equal(fast, sampling._nucleus_by_sort(probs, top_p)), (trial, top_p)
+    flat = torch.full((1, V), 1.0 / V)
+    wide = V > sampling.NUCLEUS_CANDIDATES
+    assert (sampling._nucleus_among_top(flat, 0.9) is None) == wide
+    kept = probs_from_logits(torch.zeros(1, V), SamplingParams(temperature=1.0, top_p=0.9)) > 0
+    assert kept.sum() == sampling._nucleus_by_sort(flat, 0.9).sum()
