@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from actors.group import REMOTE_CACHES, REMOTE_KINDS, GroupSpec, RemoteModel, ShardFailure, ShardGroup
+from actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFailure, ShardGroup
 from actors.placement import Placement
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
@@ -86,10 +86,10 @@ class RayEngine(Engine):
             if spec.model == "drafter":
                 d = self.drafter
                 cache = make_cache(spec.cache, d.cfg, d.rope(spec.cache.positions), self.device, d.dtype)
-                return Level(spec.name, d, cache, run.sampling, spec.max_pass)
+                return Level(spec.name, d, cache, run.sampling, spec.max_pass, role=spec.model)
             remote[spec.name] = spec.cache.to_dict()
-            cache = REMOTE_KINDS[spec.cache.kind](self.group, spec.name)
-            return Level(spec.name, self.model, cache, run.sampling, spec.max_pass)
+            cache = RemoteCache(self.group, spec.name, spec.cache.kind)
+            return Level(spec.name, self.model, cache, run.sampling, spec.max_pass, role=spec.model)
 
         stack = [level(spec) for spec in specs]
         self.group.record(["new", remote])
@@ -109,7 +109,7 @@ class RayEngine(Engine):
     def _restart(self, stack: list[Level]) -> list[Level]:
         """Fresh shards (caches allocated, empty); returns the levels whose caches live there."""
         self.group.restart()
-        remote = [level for level in stack if isinstance(level.cache, REMOTE_CACHES)]
+        remote = [level for level in stack if level.model is self.model]   # on the shards' weights
         for level in remote:
             level.cached, level.safe = [], 0
         return remote

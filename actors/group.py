@@ -4,8 +4,8 @@
 A Level calls `cache.crop(keep)` and then `model(tokens [1, T], cache, last_only)`. Here the model
 is a RemoteModel that makes ONE remote call per forward pass to each shard (stages chained by
 object references: hidden states go stage to stage without passing through the coordinator), and
-the cache is a Remote*Cache that only records crop / commit / rebuild / load_from; the records
-travel in that next call's control message.
+the cache is a RemoteCache that only records crop / commit / fill_from; the records travel in
+that next call's control message.
 
 Failures: a call that raises (dead actor, error in a shard) or does not finish within
 call_timeout_s raises ShardFailure; the coordinator then restarts the group (restart()) and refills
@@ -21,9 +21,6 @@ import msgpack
 import torch
 
 from actors.placement import Placement, create_placement_group
-from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache
-from runtime.cache_streaming import StreamingCache
 
 
 class ShardFailure(RuntimeError):
@@ -204,43 +201,26 @@ class RemoteModel:
         return self.group.forward(cache.name, tokens[0].tolist(), last_only).to(self.device)
 
 
-class _Remote:
-    """Records what a Level or the engine does to a cache that lives in the shards. Subclasses of
-    the real cache classes so that the engine's isinstance dispatch (prefill) works unchanged; they
-    hold no tensors, and any other cache method fails loudly."""
+class RemoteCache:
+    """Stands in for a cache that lives in the shards (runtime/cache.py's interface): it records
+    what a Level or the engine does to it; the records travel with the next pass. It holds no
+    tensors, and any method a Level never calls on it fails loudly."""
 
-    def __init__(self, group: ShardGroup, name: str):
-        self.group, self.name, self.rope = group, name, None
+    def __init__(self, group: ShardGroup, name: str, kind: str):
+        self.group, self.name, self.kind = group, name, kind   # kind: a runtime.modes.CacheSpec kind
 
     def crop(self, length: int) -> None:
         self.group.record(["crop", self.name, length])
 
     def commit(self, length: int) -> None:
         """Only a streaming cache acts on commits (full and retrieval caches never evict)."""
+        if self.kind == "streaming":
+            self.group.record(["commit", self.name, length])
+
+    def fill_from(self, full: "RemoteCache", length: int) -> None:
+        self.group.record(["fill", self.name, full.name, length])
 
     def begin(self, T):  # pragma: no cover - a Level never calls these on a proxy
-        raise TypeError(f"cache {self.name!r} lives in the shard actors; only crop/commit/rebuild/load_from reach it")
+        raise TypeError(f"cache {self.name!r} lives in the shard actors; only crop/commit/fill_from reach it")
 
     update = end = get_seq_length = reset = begin
-
-
-class RemoteFullCache(_Remote, FullCache):
-    pass
-
-
-class RemoteRetrievalCache(_Remote, RetrievalCache):
-    def rebuild(self, full: RemoteFullCache) -> None:
-        self.group.record(["rebuild", self.name, full.name])
-
-
-class RemoteStreamingCache(_Remote, StreamingCache):
-    def commit(self, length: int) -> None:
-        self.group.record(["commit", self.name, length])
-
-    def load_from(self, full: RemoteFullCache, rope=None) -> None:
-        self.group.record(["load", self.name, full.name])
-
-
-REMOTE_CACHES = (RemoteFullCache, RemoteRetrievalCache, RemoteStreamingCache)
-# the proxy for each runtime.modes.CacheSpec kind
-REMOTE_KINDS = {"full": RemoteFullCache, "retrieval": RemoteRetrievalCache, "streaming": RemoteStreamingCache}

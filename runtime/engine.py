@@ -13,8 +13,6 @@ from typing import Callable
 import torch
 
 from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache
-from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.decode import decode, timed
 from runtime.drafter import default_drafter_dir
@@ -179,50 +177,44 @@ class Engine:
             rope = ropes[key]
             cache = self.full_cache(run, rope, capacity) if spec.cache.kind == "full" else \
                 make_cache(spec.cache, model.cfg, rope, self.device, self.model.dtype)
-            return Level(spec.name, model, cache, run.sampling, spec.max_pass)
+            return Level(spec.name, model, cache, run.sampling, spec.max_pass, role=spec.model)
 
         return [level(spec) for spec in specs], gammas
 
     def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
-        the newest committed token), in passes of the level's max_pass tokens. The retrieval level
-        is selected from the target's full cache instead."""
-        context = prompt[:-1]
-        for level in reversed(stack):  # the target first: the retrieval level reads its cache
-            if isinstance(level.cache, RetrievalCache):
-                rebuild_retrieval(level, stack[-1], len(context))
+        the newest committed token). A level on the target's weights fills its cache from the
+        target's full cache (cache.fill_from: each policy knows how); the target from a saved
+        prefill of the same prompt; any other level in passes of its max_pass tokens."""
+        context, target = prompt[:-1], stack[-1]
+        for level in reversed(stack):  # the target first: the levels below fill from its cache
+            source = self._saved_prefill(context) if level is target else \
+                target.cache if level.role == "target" else None
+            if source is None:
+                self._prefill_passes(level, context, on_prefill if level is target else None)
                 continue
-            if level is stack[-1] and self._reuse_prefill(level, context):
-                continue
-            if isinstance(level.cache, StreamingCache) and level.model is stack[-1].model:
-                level.cache.load_from(stack[-1].cache, stack[-1].cache.rope)  # no second prefill
-                level.cached = list(context)
-                level.commit(context)
-                continue
-            for end in range(level.max_pass, len(context) + level.max_pass, level.max_pass):
-                level.feed(context[:end])
-                level.commit(context[:end])
-                if on_prefill and level is stack[-1]:
-                    on_prefill(min(end, len(context)))
+            level.cache.fill_from(source, len(context))
+            level.cached = list(context)
+            level.commit(context)
         for level in stack:
             level.stats = LevelStats()
-        if self.keep_prefill and (self._prefill_memo is None or self._prefill_memo[0] != tuple(context)):
-            full = stack[-1].cache
-            layers = [tuple(t.clone() for t in full.layer_kv(layer)) for layer in range(self.cfg.num_layers)]
-            self._prefill_memo = (tuple(context), layers, full.last_query.clone())
+        if self.keep_prefill and self._saved_prefill(context) is None:
+            saved = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
+            saved.fill_from(target.cache, len(context))
+            self._prefill_memo = (tuple(context), saved)
 
-    def _reuse_prefill(self, target: Level, context: list[int]) -> bool:
+    def _saved_prefill(self, context: list[int]) -> FullCache | None:
+        """The target's full cache saved by an earlier request with this context (keep_prefill)."""
         memo = self._prefill_memo
-        if memo is None or memo[0] != tuple(context):
-            return False
-        full = target.cache
-        for layer, (k, v) in enumerate(memo[1]):
-            full.write_layer(layer, k, v)
-        full.last_query.copy_(memo[2])
-        full.length = len(context)
-        target.cached = list(context)
-        target.commit(context)
-        return True
+        return memo[1] if memo is not None and memo[0] == tuple(context) else None
+
+    @staticmethod
+    def _prefill_passes(level: Level, context: list[int], on_prefill: Callable[[int], None] | None) -> None:
+        for end in range(level.max_pass, len(context) + level.max_pass, level.max_pass):
+            level.feed(context[:end])
+            level.commit(context[:end])
+            if on_prefill:
+                on_prefill(min(end, len(context)))
 
     def decoder(self, stack: list[Level], gammas: list[int], seq: list[int], generator: torch.Generator,
                 on_round) -> SpecDecoder:
@@ -318,7 +310,7 @@ def rebuild_retrieval(level: Level, target: Level, keep: int) -> None:
     (the committed ones: rejected drafts the target last saw are dropped first)."""
     target.cache.crop(keep)
     target.cached = target.cached[:keep]
-    level.cache.rebuild(target.cache)
+    level.cache.fill_from(target.cache, keep)
     level.cached, level.safe = list(target.cached), keep
 
 
