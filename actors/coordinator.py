@@ -20,12 +20,12 @@ from typing import Callable
 import torch
 
 from actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFailure, ShardGroup
-from actors.placement import Placement
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
 from runtime.errors import UserError
 from runtime.model import TORCH_DTYPES
 from runtime.modes import LevelSpec, make_cache, mode_levels
+from runtime.placement import Placement
 from runtime.probes import resolve_device
 from runtime.speculate import Level, SpecDecoder
 
@@ -69,8 +69,10 @@ class RayEngine(Engine):
         self.device = resolve_device("auto" if run.device != "cpu" else "cpu")   # for the drafter
         self.dtype = run.dtype
         self.tokenizer = load_tokenizer(self.model_dir)
-        placement = Placement(tp=run.tp, pp=run.pp, cpus_per_shard=cpus, gpus_per_shard=gpus)
-        self.group = ShardGroup(GroupSpec(str(self.model_dir), run.dtype, run.device, run.rope_scaling, placement))
+        self.placement = Placement.from_flags(self.cfg.num_layers, "cuda" if gpus else "cpu", run.on_chip_layers,
+                                              False, tp=run.tp, pp=run.pp)
+        self.group = ShardGroup(GroupSpec(str(self.model_dir), run.dtype, run.device, run.rope_scaling,
+                                          self.placement, cpus))
         self.model = RemoteModel(self.group, self.cfg, self.device, TORCH_DTYPES[run.dtype])
         self.retries = run.ray_retries
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import msgpack
 import torch
 
-from actors.placement import Placement, create_placement_group
+from actors.placement import create_placement_group, shard_gpus
+from runtime.placement import Placement
 
 
 class ShardFailure(RuntimeError):
@@ -33,7 +34,8 @@ class GroupSpec:
     dtype: str                  # fp32 | bf16 | fp16
     device: str                 # the shards' device: auto | cpu | cuda
     rope_scaling: str | None    # TYPE:FACTOR or None
-    placement: Placement        # tp, pp and resources per shard
+    placement: Placement        # tp, pp and the shards' device (runtime/placement.py)
+    cpus_per_shard: float = 1.0  # CPUs reserved per shard actor (its torch threads: max(1, int(this)))
     call_timeout_s: float = 600.0   # a pass that takes longer counts as a failure (never a hang)
 
 
@@ -49,7 +51,7 @@ class ShardGroup:
         self.restarts = 0
         self.prefill = (0, 0, 0.0)         # (calls, passes, call_s) when prefill ended
         self.broken = False                # a call failed since the last (re)start
-        self.pg = create_placement_group(spec.placement)
+        self.pg = create_placement_group(spec.placement, spec.cpus_per_shard)
         self.memory, self.weights = self.host_tiers()
         self.start()
 
@@ -64,7 +66,7 @@ class ShardGroup:
         memory = {node: memory_actor(node) for node in set(nodes.values())}
         manifests = dict(zip(memory, self.wait([a.publish_checkpoint.remote(self.spec.model_dir, self.spec.dtype)
                                                 for a in memory.values()], timeout_s=600.0)))
-        return memory, [manifests[nodes[i]] for i in range(self.spec.placement.shards)]
+        return memory, [manifests[nodes[i]] for i in range(self.spec.placement.devices)]
 
     def host_bytes(self) -> dict:
         """Host-tier bytes per node (memory actors' accounting)."""
@@ -77,9 +79,9 @@ class ShardGroup:
         p, spec = self.spec.placement, self.spec
         actor = ray.remote(ShardActor)
         self.stages = [[actor.options(
-            num_cpus=p.cpus_per_shard, num_gpus=p.gpus_per_shard, max_restarts=0,
+            num_cpus=spec.cpus_per_shard, num_gpus=shard_gpus(p), max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=s * p.tp + r),
-        ).remote(p.threads, model_dir=spec.model_dir, dtype=spec.dtype, device=spec.device,
+        ).remote(max(1, int(spec.cpus_per_shard)), model_dir=spec.model_dir, dtype=spec.dtype, device=spec.device,
                  rope_scaling=spec.rope_scaling, tp=p.tp, pp=p.pp, stage=s, tp_rank=r,
                  weights=self.weights[s * p.tp + r])
             for r in range(p.tp)] for s in range(p.pp)]

@@ -32,7 +32,7 @@ LAYERS = {
     "core": ["runtime", "runtime.config", "runtime.model", "runtime.rope", "runtime.attention", "runtime.cache",
              "runtime.cache_full", "runtime.cache_retrieval", "runtime.cache_streaming", "runtime.sampling",
              "runtime.accept", "runtime.speculate", "runtime.decode", "runtime.parallel", "runtime.drafter",
-             "runtime.modes", "runtime.gamma", "runtime.native", "runtime.quant", "runtime.vocab"],
+             "runtime.modes", "runtime.gamma", "runtime.native", "runtime.quant", "runtime.vocab", "runtime.placement"],
     "offload": ["offload", "offload.*"],
     "engine": ["runtime.engine", "runtime.batched"],
     "actors": ["actors", "actors.*"],
