@@ -245,6 +245,15 @@ def test_offload_auto_is_planned_once_for_the_engines_device_and_context(tiny_en
     assert calls[-1] == (256, "cpu", True)
 
 
+def test_generate_plans_offload_auto_for_its_prompt(default_model_dir):
+    from runtime.cli import planned_context
+    from runtime.engine import load_tokenizer
+    run = RunConfig(model=str(default_model_dir), offload="auto", max_new_tokens=5)
+    text = "In the beginning God created the heaven and the earth."
+    assert planned_context(run, text) == len(load_tokenizer(default_model_dir).encode(text)) + 5
+    assert planned_context(dataclasses.replace(run, offload="none"), text) is None   # nothing to plan
+
+
 def test_plan_refuses_what_fits_nowhere():
     m = Machine(1, 8 * GIB, 500 * GB, 10 * GB, 16 * GIB)
     with pytest.raises(UserError, match="does not fit"):
