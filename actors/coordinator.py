@@ -19,13 +19,13 @@ from typing import Callable
 
 import torch
 
-from actors.group import REMOTE_CACHES, REMOTE_KINDS, GroupSpec, RemoteModel, ShardFailure, ShardGroup
-from actors.placement import Placement
+from actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFailure, ShardGroup
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
 from runtime.errors import UserError
 from runtime.model import TORCH_DTYPES
 from runtime.modes import LevelSpec, make_cache, mode_levels
+from runtime.placement import Placement
 from runtime.probes import resolve_device
 from runtime.speculate import Level, SpecDecoder
 
@@ -69,8 +69,10 @@ class RayEngine(Engine):
         self.device = resolve_device("auto" if run.device != "cpu" else "cpu")   # for the drafter
         self.dtype = run.dtype
         self.tokenizer = load_tokenizer(self.model_dir)
-        placement = Placement(tp=run.tp, pp=run.pp, cpus_per_shard=cpus, gpus_per_shard=gpus)
-        self.group = ShardGroup(GroupSpec(str(self.model_dir), run.dtype, run.device, run.rope_scaling, placement))
+        self.placement = Placement.from_flags(self.cfg.num_layers, "cuda" if gpus else "cpu", run.on_chip_layers,
+                                              False, tp=run.tp, pp=run.pp)
+        self.group = ShardGroup(GroupSpec(str(self.model_dir), run.dtype, run.device, run.rope_scaling,
+                                          self.placement, cpus))
         self.model = RemoteModel(self.group, self.cfg, self.device, TORCH_DTYPES[run.dtype])
         self.retries = run.ray_retries
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
@@ -86,10 +88,10 @@ class RayEngine(Engine):
             if spec.model == "drafter":
                 d = self.drafter
                 cache = make_cache(spec.cache, d.cfg, d.rope(spec.cache.positions), self.device, d.dtype)
-                return Level(spec.name, d, cache, run.sampling, spec.max_pass)
+                return Level(spec.name, d, cache, run.sampling, spec.max_pass, role=spec.model)
             remote[spec.name] = spec.cache.to_dict()
-            cache = REMOTE_KINDS[spec.cache.kind](self.group, spec.name)
-            return Level(spec.name, self.model, cache, run.sampling, spec.max_pass)
+            cache = RemoteCache(self.group, spec.name, spec.cache.kind)
+            return Level(spec.name, self.model, cache, run.sampling, spec.max_pass, role=spec.model)
 
         stack = [level(spec) for spec in specs]
         self.group.record(["new", remote])
@@ -109,7 +111,7 @@ class RayEngine(Engine):
     def _restart(self, stack: list[Level]) -> list[Level]:
         """Fresh shards (caches allocated, empty); returns the levels whose caches live there."""
         self.group.restart()
-        remote = [level for level in stack if isinstance(level.cache, REMOTE_CACHES)]
+        remote = [level for level in stack if level.model is self.model]   # on the shards' weights
         for level in remote:
             level.cached, level.safe = [], 0
         return remote

@@ -4,8 +4,8 @@
 A Level calls `cache.crop(keep)` and then `model(tokens [1, T], cache, last_only)`. Here the model
 is a RemoteModel that makes ONE remote call per forward pass to each shard (stages chained by
 object references: hidden states go stage to stage without passing through the coordinator), and
-the cache is a Remote*Cache that only records crop / commit / rebuild / load_from; the records
-travel in that next call's control message.
+the cache is a RemoteCache that only records crop / commit / fill_from; the records travel in
+that next call's control message.
 
 Failures: a call that raises (dead actor, error in a shard) or does not finish within
 call_timeout_s raises ShardFailure; the coordinator then restarts the group (restart()) and refills
@@ -20,10 +20,8 @@ from dataclasses import dataclass
 import msgpack
 import torch
 
-from actors.placement import Placement, create_placement_group
-from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache
-from runtime.cache_streaming import StreamingCache
+from actors.placement import create_placement_group, shard_gpus
+from runtime.placement import Placement
 
 
 class ShardFailure(RuntimeError):
@@ -36,7 +34,8 @@ class GroupSpec:
     dtype: str                  # fp32 | bf16 | fp16
     device: str                 # the shards' device: auto | cpu | cuda
     rope_scaling: str | None    # TYPE:FACTOR or None
-    placement: Placement        # tp, pp and resources per shard
+    placement: Placement        # tp, pp and the shards' device (runtime/placement.py)
+    cpus_per_shard: float = 1.0  # CPUs reserved per shard actor (its torch threads: max(1, int(this)))
     call_timeout_s: float = 600.0   # a pass that takes longer counts as a failure (never a hang)
 
 
@@ -52,7 +51,7 @@ class ShardGroup:
         self.restarts = 0
         self.prefill = (0, 0, 0.0)         # (calls, passes, call_s) when prefill ended
         self.broken = False                # a call failed since the last (re)start
-        self.pg = create_placement_group(spec.placement)
+        self.pg = create_placement_group(spec.placement, spec.cpus_per_shard)
         self.memory, self.weights = self.host_tiers()
         self.start()
 
@@ -67,7 +66,7 @@ class ShardGroup:
         memory = {node: memory_actor(node) for node in set(nodes.values())}
         manifests = dict(zip(memory, self.wait([a.publish_checkpoint.remote(self.spec.model_dir, self.spec.dtype)
                                                 for a in memory.values()], timeout_s=600.0)))
-        return memory, [manifests[nodes[i]] for i in range(self.spec.placement.shards)]
+        return memory, [manifests[nodes[i]] for i in range(self.spec.placement.devices)]
 
     def host_bytes(self) -> dict:
         """Host-tier bytes per node (memory actors' accounting)."""
@@ -80,9 +79,9 @@ class ShardGroup:
         p, spec = self.spec.placement, self.spec
         actor = ray.remote(ShardActor)
         self.stages = [[actor.options(
-            num_cpus=p.cpus_per_shard, num_gpus=p.gpus_per_shard, max_restarts=0,
+            num_cpus=spec.cpus_per_shard, num_gpus=shard_gpus(p), max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=s * p.tp + r),
-        ).remote(p.threads, model_dir=spec.model_dir, dtype=spec.dtype, device=spec.device,
+        ).remote(max(1, int(spec.cpus_per_shard)), model_dir=spec.model_dir, dtype=spec.dtype, device=spec.device,
                  rope_scaling=spec.rope_scaling, tp=p.tp, pp=p.pp, stage=s, tp_rank=r,
                  weights=self.weights[s * p.tp + r])
             for r in range(p.tp)] for s in range(p.pp)]
@@ -204,43 +203,26 @@ class RemoteModel:
         return self.group.forward(cache.name, tokens[0].tolist(), last_only).to(self.device)
 
 
-class _Remote:
-    """Records what a Level or the engine does to a cache that lives in the shards. Subclasses of
-    the real cache classes so that the engine's isinstance dispatch (prefill) works unchanged; they
-    hold no tensors, and any other cache method fails loudly."""
+class RemoteCache:
+    """Stands in for a cache that lives in the shards (runtime/cache.py's interface): it records
+    what a Level or the engine does to it; the records travel with the next pass. It holds no
+    tensors, and any method a Level never calls on it fails loudly."""
 
-    def __init__(self, group: ShardGroup, name: str):
-        self.group, self.name, self.rope = group, name, None
+    def __init__(self, group: ShardGroup, name: str, kind: str):
+        self.group, self.name, self.kind = group, name, kind   # kind: a runtime.modes.CacheSpec kind
 
     def crop(self, length: int) -> None:
         self.group.record(["crop", self.name, length])
 
     def commit(self, length: int) -> None:
         """Only a streaming cache acts on commits (full and retrieval caches never evict)."""
+        if self.kind == "streaming":
+            self.group.record(["commit", self.name, length])
+
+    def fill_from(self, full: "RemoteCache", length: int) -> None:
+        self.group.record(["fill", self.name, full.name, length])
 
     def begin(self, T):  # pragma: no cover - a Level never calls these on a proxy
-        raise TypeError(f"cache {self.name!r} lives in the shard actors; only crop/commit/rebuild/load_from reach it")
+        raise TypeError(f"cache {self.name!r} lives in the shard actors; only crop/commit/fill_from reach it")
 
     update = end = get_seq_length = reset = begin
-
-
-class RemoteFullCache(_Remote, FullCache):
-    pass
-
-
-class RemoteRetrievalCache(_Remote, RetrievalCache):
-    def rebuild(self, full: RemoteFullCache) -> None:
-        self.group.record(["rebuild", self.name, full.name])
-
-
-class RemoteStreamingCache(_Remote, StreamingCache):
-    def commit(self, length: int) -> None:
-        self.group.record(["commit", self.name, length])
-
-    def load_from(self, full: RemoteFullCache, rope=None) -> None:
-        self.group.record(["load", self.name, full.name])
-
-
-REMOTE_CACHES = (RemoteFullCache, RemoteRetrievalCache, RemoteStreamingCache)
-# the proxy for each runtime.modes.CacheSpec kind
-REMOTE_KINDS = {"full": RemoteFullCache, "retrieval": RemoteRetrievalCache, "streaming": RemoteStreamingCache}

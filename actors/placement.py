@@ -7,45 +7,32 @@ CPU-only clusters get bundles without GPUs (num_gpus=0 actors).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from runtime.errors import UserError
+from runtime.placement import Placement
 
 
-@dataclass(frozen=True)
-class Placement:
-    tp: int                  # shards per pipeline stage (tensor parallel)
-    pp: int                  # pipeline stages
-    cpus_per_shard: float    # CPUs reserved per shard actor (its torch threads: max(1, int(this)))
-    gpus_per_shard: int      # 0 on CPU-only clusters, else 1
-
-    @property
-    def shards(self) -> int:
-        return self.tp * self.pp
-
-    @property
-    def strategy(self) -> str:
-        return "STRICT_PACK" if self.pp == 1 else "PACK"
-
-    @property
-    def bundle(self) -> dict:
-        return {"CPU": self.cpus_per_shard, **({"GPU": self.gpus_per_shard} if self.gpus_per_shard else {})}
-
-    @property
-    def threads(self) -> int:
-        return max(1, int(self.cpus_per_shard))
+def shard_gpus(placement: Placement) -> int:
+    """GPUs each shard actor reserves: 0 on CPU-only clusters, else 1."""
+    return 0 if placement.device == "cpu" else 1
 
 
-def create_placement_group(placement: Placement, timeout_s: float = 120.0):
-    """Reserves the bundles, or fails naming what is missing (never waits forever)."""
+def bundle(placement: Placement, cpus_per_shard: float) -> dict:
+    """One shard's bundle: its CPUs (its torch threads) and its GPU, if any."""
+    gpus = shard_gpus(placement)
+    return {"CPU": cpus_per_shard, **({"GPU": gpus} if gpus else {})}
+
+
+def create_placement_group(placement: Placement, cpus_per_shard: float, timeout_s: float = 120.0):
+    """Reserves one bundle per shard, or fails naming what is missing (never waits forever)."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
-    group = placement_group([placement.bundle] * placement.shards, strategy=placement.strategy)
+    strategy, one = "STRICT_PACK" if placement.pp == 1 else "PACK", bundle(placement, cpus_per_shard)
+    group = placement_group([one] * placement.devices, strategy=strategy)
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)   # host sync: cluster scheduling
     if not ready:
         remove_placement_group(group)
         have = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
-        raise UserError(f"the Ray cluster cannot place {placement.shards} shard(s) of {placement.bundle} "
-                        f"({placement.strategy}) within {timeout_s:.0f} s; it has {have} in all. Lower --tp/--pp, "
+        raise UserError(f"the Ray cluster cannot place {placement.devices} shard(s) of {one} "
+                        f"({strategy}) within {timeout_s:.0f} s; it has {have} in all. Lower --tp/--pp, "
                         "lower ray_cpus, or add machines")
     return group

@@ -9,8 +9,7 @@ pass: `run(control, hidden)`, where `control` is a msgpack list of small ops app
     ["new", {name: cache spec}]       allocate the request's caches (see RayEngine.build_stack)
     ["crop", name, n]                 cache.crop(n)       (speculation rolled back)
     ["commit", name, n]               cache.commit(n)     (streaming caches evict only committed tokens)
-    ["rebuild", name, source]         caches[name].rebuild(caches[source])     (retrieval)
-    ["load", name, source]            caches[name].load_from(caches[source])   (streaming)
+    ["fill", name, source, n]         caches[name].fill_from(caches[source], n)   (retrieval, streaming)
     ["forward", name, tokens, last_only]   the pass itself; always last
 
 and `hidden` is the previous stage's output (a Ray object reference resolved by Ray, never part of
@@ -112,11 +111,8 @@ class ShardState:
                 self.caches[name].crop(op[2])
             elif kind == "commit":
                 self.caches[name].commit(op[2])
-            elif kind == "rebuild":
-                self.caches[name].rebuild(self.caches[op[2]])
-            elif kind == "load":
-                source = self.caches[op[2]]
-                self.caches[name].load_from(source, source.rope)
+            elif kind == "fill":
+                self.caches[name].fill_from(self.caches[op[2]], op[3])
             elif kind == "forward":
                 x = torch.tensor([op[2]], device=self.device) if self.first else hidden.to(self.device)  # [1, T] | [1, T, E]
                 out = self.model(x, self.caches[name], last_only=op[3] if self.last else False)  # a row count

@@ -33,6 +33,7 @@ from runtime.gamma import expected_tokens
 from runtime.config import ModelConfig, RunConfig, read_config_json, model_config_from_dict
 from runtime.drafter import default_drafter_dir
 from runtime.errors import UserError
+from runtime.placement import Placement
 from runtime.probes import GB, PCIE_GBS_PER_LANE, cpu_read_bandwidth, h2d_bandwidth, host_memory, nvml_gpus
 
 GIB = 2**30
@@ -235,10 +236,21 @@ def machine_from_flags(args) -> Machine:
 def plan_for_run(cfg: ModelConfig, run: RunConfig, context: int, device: torch.device,
                  weights_offloaded: bool | None = None) -> Plan:
     """The plan `offload: auto` applies for an in-process run on `device`: one GPU (the engine's),
-    or the CPU. weights_offloaded: the weights' placement when the model is already loaded."""
+    or the CPU. weights_offloaded: the weights' placement when the flags fix it (offload_weights)."""
     m = probe_machine(1) if device.type == "cuda" else probe_machine(0)
     return plan(cfg, m, run.dtype, max(context, 1), run.gamma1, budget=run.retrieval_budget,
                 weights_offloaded=weights_offloaded)
+
+
+def placement_for_run(cfg: ModelConfig, run: RunConfig, device: torch.device, context: int) -> Placement:
+    """The engine's Placement, resolved once before it is built: as the flags say, or for
+    `offload: auto` from one plan for `context` tokens (prompt + new) on the engine's device; an
+    on_chip_layers or offload_weights given beside `auto` is kept."""
+    if run.offload != "auto":
+        return Placement.from_flags(cfg.num_layers, str(device), run.on_chip_layers, run.offload_weights)
+    p = plan_for_run(cfg, run, context, device, weights_offloaded=True if run.offload_weights else None)
+    on_chip = p.on_chip_layers if run.on_chip_layers is None else min(run.on_chip_layers, cfg.num_layers)
+    return Placement(str(device), cfg.num_layers, on_chip, "streamed" if p.offload_weights else "resident", context)
 
 
 # ---- the command ----------------------------------------------------------------------------------

@@ -7,8 +7,9 @@ from runtime.config import RunConfig
 from runtime.engine import Engine
 
 
-def open_engine(run: RunConfig, keep_prefill: bool = False):
+def open_engine(run: RunConfig, keep_prefill: bool = False, context: int | None = None):
+    """context: prompt + new tokens an `offload: auto` placement is planned for (runtime.engine.Engine)."""
     if run.backend == "ray":
         from actors.client import RayClient   # lazy: imports ray only for the Ray backend
         return RayClient(run)
-    return Engine(run, keep_prefill=keep_prefill)
+    return Engine(run, keep_prefill=keep_prefill, context=context)

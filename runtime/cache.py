@@ -12,6 +12,11 @@ that evicts, like the streaming cache, evicts only those). Each policy decides w
 retrieval caches store them rotated at their absolute positions; the streaming cache stores them
 before RoPE and rotates them by cache slot, so a short-context drafter serves any prompt length.
 The new tokens are always the last T of the S returned positions (see attention.py).
+
+fill_from(full, n) fills a cache from the first n tokens of the target's full cache instead of a
+prefill pass: each policy knows how (the full cache copies a saved prefill, the retrieval cache
+selects chunks, the streaming cache keeps sinks and the recent window, un-rotated). The engine
+calls it for every level that runs on the target's weights, with no per-class dispatch.
 """
 from __future__ import annotations
 
@@ -28,3 +33,4 @@ class KVCache(Protocol):
     def commit(self, length: int) -> None: ...
     def crop(self, length: int) -> None: ...
     def reset(self) -> None: ...
+    def fill_from(self, full, length: int) -> None: ...

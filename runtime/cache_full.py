@@ -8,8 +8,8 @@ rejected speculative tokens costs nothing. The query of the last token each laye
 Where a layer's K/V live is behind two hooks, so that the offloaded cache (offload/kv.py) changes
 only that: storage(layer) gives the device buffers the layer's pass writes and attends to, and
 stored(layer, start, stop) is told when the pass wrote positions [start, stop). Readers of the
-whole cache (the retrieval rebuild, the streaming level's start, prefill reuse) go through
-layer_kv(layer) and write_layer(layer, k, v).
+whole cache (every fill_from: the retrieval rebuild, the streaming level's start, a saved
+prefill) go through layer_kv(layer) and write_layer(layer, k, v).
 """
 from __future__ import annotations
 
@@ -64,6 +64,17 @@ class FullCache:
         """Sets positions [0, n) of `layer` from k/v [B, Hkv, n, D] (restoring a saved prefill)."""
         n = k.shape[2]
         self.k[layer, :, :, :n], self.v[layer, :, :, :n] = k, v
+
+    def fill_from(self, full: "FullCache", length: int) -> None:
+        """Holds the first `length` tokens of `full`, another full cache of the same model: a saved
+        prefill restored, or the prefill being saved (into a resident cache of `length` positions)."""
+        if length > self.capacity:
+            raise ValueError(f"cannot fill {length} tokens into a full cache of capacity {self.capacity}")
+        for layer in range(self.last_query.shape[0]):
+            k, v = full.layer_kv(layer)                              # [B, Hkv, n, D]
+            self.write_layer(layer, k[:, :, :length], v[:, :, :length])
+        self.last_query.copy_(full.last_query)
+        self.length = length
 
     def end(self) -> None:
         self.length += self._new

@@ -15,8 +15,8 @@ The recent region is our addition: scored by one query, pure top-k selection oft
 local context that next-token prediction leans on (measured on KJV continuation, budget 512 of
 2K: middle-level acceptance 0.26 without it, 0.67 with 64 recent tokens, 0.76 with 256).
 Any context length works: a trailing partial chunk is always kept (it holds the newest tokens)
-and never scored against whole chunks. rebuild() re-selects from the full cache over everything
-committed so far and empties the generated region.
+and never scored against whole chunks. fill_from(full, n) (re-)selects from the full cache's
+first n tokens (everything committed so far) and empties the generated region.
 """
 from __future__ import annotations
 
@@ -69,14 +69,13 @@ class RetrievalCache:
         self._new = 0
         self._cos = self._sin = None
 
-    def rebuild(self, full: FullCache) -> None:
-        """Selects the context's best chunks from the full cache, scored with its latest query."""
-        n = full.get_seq_length()
+    def fill_from(self, full: FullCache, n: int) -> None:
+        """Selects the best chunks of the full cache's first n tokens, scored with its latest query."""
         whole = n // self.chunk * self.chunk
         tail = n - whole
         n_chunks = (self.budget - tail) // self.chunk
         for layer in range(self.k.shape[0]):
-            keys, values = full.layer_kv(layer)                         # [B, Hkv, n, D], on the device
+            keys, values = (t[:, :, :n] for t in full.layer_kv(layer))  # [B, Hkv, n, D], on the device
             if n <= self.budget:   # everything fits: the middle level then sees the full context
                 self.k[layer, :, :, :n], self.v[layer, :, :, :n] = keys, values
                 kept = n

@@ -73,14 +73,13 @@ class StreamingCache:
         keys = Rope.rotate(self.k[layer, :, :, :stop], self._cos, self._sin)  # [B, Hkv, S, D]
         return keys, self.v[layer, :, :, :stop]
 
-    def load_from(self, full, rope: Rope) -> None:
-        """Fills the cache from a full cache of the same model (its sinks and most recent tokens),
-        un-rotating the keys back to before RoPE: the `streaming` mode's target level starts from
-        the prefill instead of a second pass over the prompt."""
-        n = full.get_seq_length()
+    def fill_from(self, full, n: int) -> None:
+        """Fills the cache from the first n tokens of a full cache of the same model (its sinks and
+        most recent tokens), un-rotating the keys back to before RoPE: the `streaming` mode's target
+        level starts from the prefill instead of a second pass over the prompt."""
         keep = list(range(min(self.sinks, n))) + list(range(max(self.sinks, n - self.window), n))
         index = torch.tensor(keep, device=self.k.device)
-        cos, sin = rope.tables(index.expand(self.batch, -1))               # [B, m, D]
+        cos, sin = full.rope.tables(index.expand(self.batch, -1))          # [B, m, D], absolute positions
         for layer in range(self.k.shape[0]):
             full_k, full_v = full.layer_kv(layer)                           # [B, Hkv, n, D]
             keys = full_k.index_select(2, index)                            # [B, Hkv, m, D] rotated

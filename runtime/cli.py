@@ -69,13 +69,23 @@ def summary_line(result) -> str:
     return line
 
 
+def planned_context(run, text: str) -> int | None:
+    """Prompt + new tokens: the context `offload: auto` plans the placement for, before the model
+    loads (None without `auto`: nothing to plan)."""
+    if run.offload != "auto":
+        return None
+    from runtime.engine import encode, load_tokenizer, resolve_model_dir
+    model_dir = resolve_model_dir(run.model)
+    return len(encode(load_tokenizer(model_dir), model_dir, text, run.chat)) + run.max_new_tokens
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from offload.tier import remove_dead_segments
     from runtime.backends import open_engine
     remove_dead_segments()   # host-tier arenas of killed runs
     run = run_config_from_args(args)
     text = prompt_text(run)
-    engine = open_engine(run)
+    engine = open_engine(run, context=planned_context(run, text))
     prompt_ids = engine.encode(text, chat=run.chat)
     engine.check_length(len(prompt_ids), run.max_new_tokens)
     line = ProgressLine(every_s=0)   # redrawn on a terminal, one line each in a log

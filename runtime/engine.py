@@ -13,8 +13,6 @@ from typing import Callable
 import torch
 
 from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache
-from runtime.cache_streaming import StreamingCache
 from runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from runtime.decode import decode, timed
 from runtime.drafter import default_drafter_dir
@@ -22,6 +20,7 @@ from runtime.errors import UserError
 from runtime.gamma import GammaTuner, auto_caps, chain
 from runtime.model import Transformer, fuse_projections, load_model
 from runtime.modes import LevelSpec, make_cache, mode_levels
+from runtime.placement import Placement
 from runtime.probes import resolve_device
 from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
 
@@ -42,6 +41,19 @@ def load_tokenizer(model_dir: Path):
                         "the checkpoint directory needs tokenizer.json or tokenizer.model") from None
 
 
+def encode(tokenizer, model_dir: Path, text: str, chat: bool = False) -> list[int]:
+    """The prompt's token ids (wrapped in the tokenizer's chat template when `chat`)."""
+    if not text or not text.strip():
+        raise UserError("the prompt is empty; pass --prompt TEXT or --prompt-file PATH with some text")
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise UserError(f"the tokenizer of {str(model_dir)!r} has no chat template; drop --chat")
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                            add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return tokenizer.encode(text)
+
+
 @dataclass
 class Result:
     model_path: str
@@ -59,18 +71,20 @@ class Result:
 
 class Engine:
     """keep_prefill: remember the target's prefilled KV so that runs with the same prompt (the
-    modes and temperatures of a benchmark) copy it instead of recomputing it."""
+    modes and temperatures of a benchmark) copy it instead of recomputing it. context: prompt +
+    new tokens the placement is planned for under `offload: auto` (None: the model's max_context,
+    the most check_length lets any request use)."""
 
-    def __init__(self, run: RunConfig, keep_prefill: bool = False):
+    def __init__(self, run: RunConfig, keep_prefill: bool = False, context: int | None = None):
         self.keep_prefill, self._prefill_memo = keep_prefill, None
         self.model_dir = resolve_model_dir(run.model)
         self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
-        self.weights_streamed = bool(run.offload_weights or run.offload == "auto"
-                                     and weights_need_offload(self.cfg, run, self.device))
-        if self.weights_streamed:
+        from offload.plan import placement_for_run
+        self.placement = placement_for_run(self.cfg, run, self.device, context or self.cfg.max_context)
+        if self.placement.weights_streamed:
             self.model = fuse_projections(load_model(self.model_dir, run.dtype, "cpu", self.cfg))  # need not fit the device
             from offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
@@ -79,7 +93,6 @@ class Engine:
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
-    weights_streamed = False  # decoder-layer weights in the host tier (set when the model is loaded)
 
     def tiers(self):
         """The host tier and the copier, created on first use (only offloading needs them)."""
@@ -88,13 +101,9 @@ class Engine:
             self.tier, self.copier = HostTier(self.device), Copier(self.device)
         return self.tier, self.copier
 
-    def full_cache(self, run: RunConfig, rope, capacity: int) -> FullCache:
-        """The target's full cache: resident, or with layers beyond on_chip_layers in the host tier."""
-        on_chip = run.on_chip_layers
-        if on_chip is None and run.offload == "auto":  # the request's plan, for the weights as loaded
-            from offload.plan import plan_for_run
-            on_chip = plan_for_run(self.cfg, run, capacity, self.device, self.weights_streamed).on_chip_layers
-        if on_chip is None or on_chip >= self.cfg.num_layers:
+    def full_cache(self, rope, capacity: int, on_chip: int) -> FullCache:
+        """The target's full cache: resident, or with layers beyond `on_chip` in the host tier."""
+        if on_chip >= self.cfg.num_layers:
             return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
         from offload.kv import OffloadedFullCache
         tier, copier = self.tiers()
@@ -140,15 +149,7 @@ class Engine:
         return built[key]
 
     def encode(self, text: str, chat: bool = False) -> list[int]:
-        if not text or not text.strip():
-            raise UserError("the prompt is empty; pass --prompt TEXT or --prompt-file PATH with some text")
-        if chat:
-            if not getattr(self.tokenizer, "chat_template", None):
-                raise UserError(f"the tokenizer of {str(self.model_dir)!r} has no chat template; drop --chat")
-            ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                     add_generation_prompt=True, tokenize=True)
-            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        return self.tokenizer.encode(text)
+        return encode(self.tokenizer, self.model_dir, text, chat)
 
     def check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
         limit = self.cfg.max_context
@@ -177,52 +178,47 @@ class Engine:
             if key not in ropes:
                 ropes[key] = model.rope(spec.cache.positions)
             rope = ropes[key]
-            cache = self.full_cache(run, rope, capacity) if spec.cache.kind == "full" else \
+            on_chip = self.placement.for_request(run.on_chip_layers).on_chip_layers
+            cache = self.full_cache(rope, capacity, on_chip) if spec.cache.kind == "full" else \
                 make_cache(spec.cache, model.cfg, rope, self.device, self.model.dtype)
-            return Level(spec.name, model, cache, run.sampling, spec.max_pass)
+            return Level(spec.name, model, cache, run.sampling, spec.max_pass, role=spec.model)
 
         return [level(spec) for spec in specs], gammas
 
     def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
-        the newest committed token), in passes of the level's max_pass tokens. The retrieval level
-        is selected from the target's full cache instead."""
-        context = prompt[:-1]
-        for level in reversed(stack):  # the target first: the retrieval level reads its cache
-            if isinstance(level.cache, RetrievalCache):
-                rebuild_retrieval(level, stack[-1], len(context))
+        the newest committed token). A level on the target's weights fills its cache from the
+        target's full cache (cache.fill_from: each policy knows how); the target from a saved
+        prefill of the same prompt; any other level in passes of its max_pass tokens."""
+        context, target = prompt[:-1], stack[-1]
+        for level in reversed(stack):  # the target first: the levels below fill from its cache
+            source = self._saved_prefill(context) if level is target else \
+                target.cache if level.role == "target" else None
+            if source is None:
+                self._prefill_passes(level, context, on_prefill if level is target else None)
                 continue
-            if level is stack[-1] and self._reuse_prefill(level, context):
-                continue
-            if isinstance(level.cache, StreamingCache) and level.model is stack[-1].model:
-                level.cache.load_from(stack[-1].cache, stack[-1].cache.rope)  # no second prefill
-                level.cached = list(context)
-                level.commit(context)
-                continue
-            for end in range(level.max_pass, len(context) + level.max_pass, level.max_pass):
-                level.feed(context[:end])
-                level.commit(context[:end])
-                if on_prefill and level is stack[-1]:
-                    on_prefill(min(end, len(context)))
+            level.cache.fill_from(source, len(context))
+            level.cached = list(context)
+            level.commit(context)
         for level in stack:
             level.stats = LevelStats()
-        if self.keep_prefill and (self._prefill_memo is None or self._prefill_memo[0] != tuple(context)):
-            full = stack[-1].cache
-            layers = [tuple(t.clone() for t in full.layer_kv(layer)) for layer in range(self.cfg.num_layers)]
-            self._prefill_memo = (tuple(context), layers, full.last_query.clone())
+        if self.keep_prefill and self._saved_prefill(context) is None:
+            saved = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
+            saved.fill_from(target.cache, len(context))
+            self._prefill_memo = (tuple(context), saved)
 
-    def _reuse_prefill(self, target: Level, context: list[int]) -> bool:
+    def _saved_prefill(self, context: list[int]) -> FullCache | None:
+        """The target's full cache saved by an earlier request with this context (keep_prefill)."""
         memo = self._prefill_memo
-        if memo is None or memo[0] != tuple(context):
-            return False
-        full = target.cache
-        for layer, (k, v) in enumerate(memo[1]):
-            full.write_layer(layer, k, v)
-        full.last_query.copy_(memo[2])
-        full.length = len(context)
-        target.cached = list(context)
-        target.commit(context)
-        return True
+        return memo[1] if memo is not None and memo[0] == tuple(context) else None
+
+    @staticmethod
+    def _prefill_passes(level: Level, context: list[int], on_prefill: Callable[[int], None] | None) -> None:
+        for end in range(level.max_pass, len(context) + level.max_pass, level.max_pass):
+            level.feed(context[:end])
+            level.commit(context[:end])
+            if on_prefill:
+                on_prefill(min(end, len(context)))
 
     def decoder(self, stack: list[Level], gammas: list[int], seq: list[int], generator: torch.Generator,
                 on_round) -> SpecDecoder:
@@ -259,6 +255,7 @@ class Engine:
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
         n = len(gen.token_ids)
+        placement = self.placement.for_request(run.on_chip_layers)
         target_passes = stack[-1].stats.passes
         stats = dict(prefill_s=round(prefill_s, 4), decode_s=round(decode_s, 4),
                      tokens_per_s=round(n / decode_s, 3) if decode_s > 0 else None,
@@ -267,7 +264,8 @@ class Engine:
                      new_tokens=n, dtype=self.dtype, device=str(self.device),
                      target_passes=target_passes,
                      tokens_per_target_pass=round(n / target_passes, 3) if target_passes else None,
-                     **level_stats(stack), **offload_stats(stack, n), **(tuner.stats() if tuner else {}))
+                     **level_stats(stack), **offload_stats(stack, n, placement), **(tuner.stats() if tuner else {}),
+                     placement=placement.stats({level.name: level.role for level in stack}))
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         return Result(str(self.model_dir), run.mode, len(prompt_ids), gen.token_ids, text, gen.stopped_by, stats)
 
@@ -276,28 +274,15 @@ DRAFTER_MODES = ("spec", "triforce")
 _ARENA_IDS = itertools.count()
 
 
-def weights_need_offload(cfg: ModelConfig, run: RunConfig, device: torch.device) -> bool:
-    """Decided once, when the model is loaded (before any prompt): for a context of
-    max_new_tokens. Each request then plans its KV placement for its own context."""
-    from offload.plan import plan_for_run
-    return plan_for_run(cfg, run, run.max_new_tokens, device).offload_weights
-
-
-def offload_stats(stack: list[Level], new_tokens: int) -> dict:
-    """Placement and host<->device traffic per generated token, per level (empty when resident)."""
-    full = stack[-1].cache
-    layers = getattr(getattr(stack[-1].model, "model", None), "layers", None) or [None]  # a Ray proxy has none
-    streamed = isinstance(getattr(layers[0], "streamer", None), list)
-    if not hasattr(full, "on_chip") and not streamed:
+def offload_stats(stack: list[Level], new_tokens: int, placement: Placement) -> dict:
+    """Host<->device traffic per generated token, per level (empty when resident, and on Ray,
+    whose shards move their own bytes)."""
+    if not (placement.kv_offloaded or placement.weights_streamed) or stack[-1].traffic is None:
         return {}
     per_level = {level.name: round(level.stats.moved_bytes / max(1, new_tokens)) for level in stack}
-    return {"offload": dict(on_chip_layers=getattr(full, "on_chip", full_layers(full)), offload_weights=streamed,
+    return {"offload": dict(on_chip_layers=placement.on_chip_layers, offload_weights=placement.weights_streamed,
                             moved_bytes_per_token=per_level,
                             moved_bytes_per_token_total=sum(per_level.values()))}
-
-
-def full_layers(cache: FullCache) -> int:
-    return cache.last_query.shape[0]
 
 
 def check_same_tokenizer(target_dir: Path, target_tok, draft_dir: Path, draft_cfg: ModelConfig,
@@ -318,7 +303,7 @@ def rebuild_retrieval(level: Level, target: Level, keep: int) -> None:
     (the committed ones: rejected drafts the target last saw are dropped first)."""
     target.cache.crop(keep)
     target.cached = target.cached[:keep]
-    level.cache.rebuild(target.cache)
+    level.cache.fill_from(target.cache, keep)
     level.cached, level.safe = list(target.cached), keep
 
 

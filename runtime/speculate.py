@@ -43,8 +43,10 @@ class Level:
     sequence, it rolls its cache back to the longest prefix it shares with that sequence and
     feeds only what is missing, in passes of at most `max_pass` tokens."""
 
-    def __init__(self, name: str, model: Transformer, cache: KVCache, params: SamplingParams, max_pass: int):
+    def __init__(self, name: str, model: Transformer, cache: KVCache, params: SamplingParams, max_pass: int,
+                 role: str = "target"):
         self.name, self.model, self.cache, self.params, self.max_pass = name, model, cache, params, max_pass
+        self.role = role             # whose weights it runs: target | drafter (runtime/modes.py LevelSpec.model)
         self.cached: list[int] = []  # the tokens whose K/V the cache holds (logically)
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
         self.stats = LevelStats()

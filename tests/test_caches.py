@@ -134,7 +134,7 @@ def test_retrieval_rebuild_selects_per_kv_head_and_generated_tokens_never_evict(
     full.last_query.normal_()
     cache = RetrievalCache(CFG, rope, 1, budget=15, chunk=4, generated_capacity=10,
                            device=torch.device("cpu"), dtype=torch.float32)
-    cache.rebuild(full)
+    cache.fill_from(full, 43)
     assert cache.get_seq_length() == 43
     for layer in range(2):
         scores = chunk_scores(full.k[layer, :, :, :40], full.last_query[layer], 4)   # [1, 2, 10]
@@ -156,11 +156,11 @@ def test_retrieval_keeps_everything_when_the_context_fits_the_budget():
     feed(full, 0, 10)
     cache = RetrievalCache(CFG, rope, 1, budget=16, chunk=4, generated_capacity=8,
                            device=torch.device("cpu"), dtype=torch.float32)
-    cache.rebuild(full)
+    cache.fill_from(full, 10)
     assert feed(cache, 10, 1) == list(range(11))
 
 
-def test_streaming_load_from_full_cache_equals_streaming_prefill():
+def test_streaming_fill_from_full_cache_equals_streaming_prefill():
     rope = Rope(CFG, 64, torch.device("cpu"), torch.float32)
     full = FullCache(CFG, rope, 1, 64, torch.device("cpu"), torch.float32)
     full.begin(20)
@@ -169,7 +169,7 @@ def test_streaming_load_from_full_cache_equals_streaming_prefill():
         full.update(layer, torch.zeros(1, 4, 20, 4), raw[layer], raw[layer] + 1)
     full.end()
     cache = streaming(sinks=4, window=8, scratch=2)
-    cache.load_from(full, rope)
+    cache.fill_from(full, 20)
     assert cache.get_seq_length() == 20 and cache.length == 12 and cache.evicted == 8
     keep = [0, 1, 2, 3] + list(range(12, 20))
     for layer in range(2):

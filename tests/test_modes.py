@@ -2,6 +2,7 @@
 whose lengths are not multiples of the chunk size, and generations that cross retrieval rebuilds.
 The drafter here is the target's first 4 layers (undistilled): a poor but honest drafter, which
 exercises rejections at every level."""
+import copy
 import json
 import shutil
 
@@ -67,6 +68,23 @@ def test_every_mode_equals_ar_greedy(engine, kjv_ids, prompt_len):
         assert levels["target"]["drafted"] > 0, mode             # the target really verified drafts
         if mode in ("retrieval", "triforce"):
             assert levels["retrieval"]["rebuilds"] >= 2, mode   # 40 tokens cross rebuilds every 16
+
+
+@pytest.mark.slow
+def test_levels_fill_from_the_target_and_a_saved_prefill(engine, kjv_ids, monkeypatch):
+    """Levels on the target's weights fill their caches from its full cache (cache.fill_from), and
+    with keep_prefill a later request with the same prompt fills the target from the saved one:
+    only the drafter runs prefill passes, and the tokens are those of a plain prefill."""
+    ids, passes, plain = kjv_ids[:203], [], Engine._prefill_passes
+    expected = {mode: run(engine, ids, mode, max_new_tokens=12).token_ids for mode in ("triforce", "streaming")}
+    saving = copy.copy(engine)
+    saving.keep_prefill, saving._prefill_memo = True, None
+    run(saving, ids, "ar", max_new_tokens=1)                                  # saves the target's prefill
+    monkeypatch.setattr(Engine, "_prefill_passes", staticmethod(lambda level, *a: passes.append(level.name)
+                                                                or plain(level, *a)))
+    for mode, on_chip in (("triforce", None), ("triforce", 11), ("streaming", None)):
+        assert run(saving, ids, mode, max_new_tokens=12, on_chip_layers=on_chip).token_ids == expected[mode], mode
+    assert passes == ["drafter", "drafter"]
 
 
 @pytest.mark.slow

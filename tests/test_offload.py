@@ -175,8 +175,8 @@ def test_plan_for_the_papers_offloaded_setting_is_near_its_measurements():
 
 
 def test_offload_auto_plans_for_the_engines_one_device_and_its_loaded_weights(monkeypatch):
-    """The local engine runs on one GPU (probe one, not all), and a request's plan takes the
-    weights where the engine loaded them (it cannot move them per request)."""
+    """The local engine runs on one GPU (probe one, not all), and the plan takes the weights
+    where the flags put them (offload_weights) instead of choosing."""
     import offload.plan as plan_module
     probed = []
     m = Machine(1, 24 * GIB, 1000 * GB, 25 * GB, 256 * GIB)
@@ -188,6 +188,71 @@ def test_offload_auto_plans_for_the_engines_one_device_and_its_loaded_weights(mo
     assert streamed.offload_weights and streamed.on_chip_layers > free.on_chip_layers  # their room goes to KV
     plan_module.plan_for_run(llama2_7b(), run, 64_000, torch.device("cpu"))
     assert probed == [1, 1, 0]
+
+
+# ---- the placement: resolved once, before the engine is built, and reported ----------------------------
+
+@pytest.fixture(scope="module")
+def tiny_engine_dir(tiny_dir, default_model_dir):
+    """The tiny checkpoint with a tokenizer beside it (the Engine loads one; prompts here are ids < 320)."""
+    import shutil
+    for path in default_model_dir.glob("*token*"):
+        shutil.copy(path, tiny_dir / path.name)
+    return tiny_dir
+
+
+def test_stats_carry_the_placement_resident_and_offloaded(tiny_engine_dir):
+    base = dict(model=str(tiny_engine_dir), max_new_tokens=4, retrieval_budget=16, chunk_size=4)
+    ids = list(range(3, 60))
+    resident = Engine(RunConfig(**base))
+    streamed = Engine(RunConfig(offload_weights=True, on_chip_layers=2, **base))
+    assert streamed.placement.weights_streamed and streamed.placement.on_chip_layers == 2
+    expected = resident.generate(ids, RunConfig(mode="streaming", **base))
+    assert expected.stats["placement"] == dict(
+        device="cpu", layers=5, on_chip_layers=5, weights="resident", planned_context=None, tp=1, pp=1, devices=1,
+        kv_offloaded=False, level_weights={"streaming": "resident", "target": "resident"})
+    assert "offload" not in expected.stats
+    offloaded = streamed.generate(ids, RunConfig(mode="streaming", **base))    # the engine's on_chip_layers 2
+    assert offloaded.token_ids == expected.token_ids
+    placement = offloaded.stats["placement"]
+    assert (placement["weights"], placement["on_chip_layers"], placement["kv_offloaded"]) == ("streamed", 2, True)
+    assert placement["level_weights"] == {"streaming": "streamed", "target": "streamed"}
+    assert offloaded.stats["offload"]["on_chip_layers"] == 2 and offloaded.stats["offload"]["offload_weights"] is True
+    own = streamed.generate(ids, RunConfig(mode="ar", on_chip_layers=9, **base))  # a request's own: capped at 5
+    assert own.stats["placement"]["on_chip_layers"] == 5 and own.stats["placement"]["weights"] == "streamed"
+
+
+def test_offload_auto_is_planned_once_for_the_engines_device_and_context(tiny_engine_dir, monkeypatch):
+    """One plan, made before the model loads, for the engine's one device and the context it was
+    given; every request then uses it (the weights decision and the KV layers come from that plan)."""
+    import offload.plan as plan_module
+    calls = []
+
+    def fake_plan(cfg, run, context, device, weights_offloaded=None):
+        calls.append((context, device.type, weights_offloaded))
+        return plan_module.Plan(context, 3, True, 4096, 6, 1.0, 1.0)
+
+    monkeypatch.setattr(plan_module, "plan_for_run", fake_plan)
+    run = RunConfig(model=str(tiny_engine_dir), offload="auto", max_new_tokens=4)
+    engine = Engine(run, context=61)
+    assert calls == [(61, "cpu", None)]
+    results = [engine.generate(list(range(3, 60)), run) for _ in range(2)]
+    assert calls == [(61, "cpu", None)]                       # never planned again per request
+    for result in results:
+        assert {k: result.stats["placement"][k] for k in ("planned_context", "on_chip_layers", "weights")} == \
+            dict(planned_context=61, on_chip_layers=3, weights="streamed")
+        assert result.stats["offload"]["on_chip_layers"] == 3
+    Engine(dataclasses.replace(run, offload_weights=True))    # without a context: the model's max_context
+    assert calls[-1] == (256, "cpu", True)
+
+
+def test_generate_plans_offload_auto_for_its_prompt(default_model_dir):
+    from runtime.cli import planned_context
+    from runtime.engine import load_tokenizer
+    run = RunConfig(model=str(default_model_dir), offload="auto", max_new_tokens=5)
+    text = "In the beginning God created the heaven and the earth."
+    assert planned_context(run, text) == len(load_tokenizer(default_model_dir).encode(text)) + 5
+    assert planned_context(dataclasses.replace(run, offload="none"), text) is None   # nothing to plan
 
 
 def test_plan_refuses_what_fits_nowhere():

@@ -113,7 +113,11 @@ def test_pp2_equals_local_and_survives_a_dead_shard(cluster, local, prompt, expe
             assert client.generate(prompt, ray_run(pp=2, mode=mode)).token_ids == expected[mode], mode
         # KV offloaded in the shards (the same offload/ code): layers 7.. of the model, across both stages
         for mode in ("ar", "triforce"):
-            assert client.generate(prompt, ray_run(pp=2, mode=mode, on_chip_layers=7)).token_ids == expected[mode], mode
+            result = client.generate(prompt, ray_run(pp=2, mode=mode, on_chip_layers=7))
+            assert result.token_ids == expected[mode], mode
+            placement = result.stats["placement"]
+            assert (placement["pp"], placement["devices"], placement["on_chip_layers"], placement["weights"]) == \
+                (2, 2, 7, "resident")
         # PP changes no arithmetic and the sampler lives in the coordinator: seeded sampling matches too
         sampled = dict(mode="triforce", temperature=0.6, top_p=0.9, seed=7)
         assert (client.generate(prompt, ray_run(pp=2, **sampled)).token_ids ==

@@ -92,7 +92,8 @@ def suite_repro(args: argparse.Namespace) -> dict:
     run = setting.run_config(target, draft)
     check_gpus(setting)
     from runtime.backends import open_engine
-    engine = open_engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True)  # backend: ray for tp > 1
+    engine = open_engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True,   # backend: ray for tp > 1
+                         context=setting.context + run.max_new_tokens)                  # what offload auto plans for
     try:
         ids = prompt_ids(engine, args, setting.context)
         rows, ar_ms = [], None
