@@ -21,10 +21,11 @@
 //     fma   bf16/fp16 widened to fp32 while packing, vfmadd231ps (16 MACs per instruction)
 //     dot   bf16 only: vdpbf16ps (avx512_bf16, 32 MACs per instruction) on Q . Kp[D/2, NB, 2]
 //           and P . Vp[NB/2, D, 2]; P is rounded to bf16 (as flash-attention does on GPUs).
-//   Which is faster depends on the CPU: on the Xeon (Sapphire Rapids) this began on vdpbf16ps
-//   retired 0.65 G/s per core against 3 G/s for vfmadd (fma 2x faster); on AMD Zen 4/5 dot is
-//   ~1.6x faster than fma at T >= 4 and faster at T = 1 too. dot_bf16=None picks dot on AMD,
-//   fma elsewhere (TRIFORCE_DOT_BF16=0/1 overrides).
+//   Which is faster depends on the CPU: on the 2-core Xeon this began on, vdpbf16ps retired
+//   0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5, family
+//   1Ah) dot runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1 (docs/BENCHMARKS.md).
+//   dot_bf16=None picks dot on AMD CPUs, fma elsewhere (TRIFORCE_DOT_BF16=0/1 overrides);
+//   Zen 4 is assumed to behave like Zen 5 (not measured).
 // * Scores are raw q.k in fp32 (Q is not rounded again); softmax scales them by scale*log2(e).
 // * Software prefetch: the packers prefetch the rows PF_KEYS keys ahead, one prefetch per
 //   cache line they load, so each thread keeps enough reads in flight to stream at the memory
