@@ -65,26 +65,38 @@ def test_odd_head_dim_uses_scalar_path(kernel):
     check(kernel, B=1, Hkv=1, G=3, T=4, S=130, D=24, dtype=torch.float32)
 
 
-@pytest.mark.parametrize("T", [1, 7, 32])
-def test_dot_bf16_products(kernel, T):
-    # vdpbf16ps variant (rounds P to bf16 too)
+@pytest.mark.parametrize("dot", [False, True])
+@pytest.mark.parametrize("T", [1, 2, 7, 16, 32])
+def test_bf16_products_both_ways(kernel, T, dot):
+    # bf16 runs on vdpbf16ps (dot: P rounded to bf16 too) or widened to fp32 for vfmadd;
+    # dot_bf16=None (what attention.attend passes) picks per CPU, so test both explicitly
     if not kernel.has_avx512_bf16():
         pytest.skip("built without avx512_bf16")
-    check(kernel, B=1, Hkv=3, G=3, T=T, S=2000, D=64, dtype=torch.bfloat16, dot_bf16=True)
+    check(kernel, B=1, Hkv=3, G=3, T=T, S=2000 + T, D=64, dtype=torch.bfloat16, dot_bf16=dot)
 
 
-def test_verify_rows_equal_decode_rows(kernel):
-    # Chunk and block boundaries are positions: a verify pass over T tokens gives each token
-    # bit-for-bit what decoding it alone against its prefix gives (greedy modes rely on this).
+@pytest.mark.parametrize("dtype,dot", [(torch.float32, None), (torch.float16, None),
+                                       (torch.bfloat16, False), (torch.bfloat16, True)])
+def test_rows_independent_of_T_and_threads(kernel, dtype, dot):
+    # Chunk and block boundaries are positions, and which thread runs a chunk changes nothing:
+    # a verify pass over T tokens gives each token bit-for-bit what decoding it alone against
+    # its prefix gives (greedy modes rely on this), with 1 thread or 2.
     gen = torch.Generator().manual_seed(1)
     T, S = 6, 1500
-    q = torch.randn(1, 9, T, 64, generator=gen)
-    k, v = cache_views(1, 3, S, 64, torch.float32, gen)
-    verify = kernel.attend(q, k, v, 0.125)
+    q = torch.randn(1, 9, T, 64, generator=gen).to(dtype)
+    k, v = cache_views(1, 3, S, 64, dtype, gen)
+    verify = kernel.attend(q, k, v, 0.125, dot)
     for t in range(T):
         stop = S - T + t + 1
-        alone = kernel.attend(q[:, :, t:t + 1], k[:, :, :stop], v[:, :, :stop], 0.125)
-        assert torch.equal(verify[:, t], alone[:, 0])
+        alone = kernel.attend(q[:, :, t:t + 1], k[:, :, :stop], v[:, :, :stop], 0.125, dot)
+        assert torch.equal(verify[:, t], alone[:, 0]), f"row {t} differs from its decode pass"
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            assert torch.equal(kernel.attend(q, k, v, 0.125, dot), verify), f"{n} threads differ"
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

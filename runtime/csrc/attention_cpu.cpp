@@ -5,33 +5,50 @@
 // * GQA-aware: the G = H / Hkv query heads of one KV head and their T tokens form R = G*T query
 //   rows (row r = g*T + t), and each block of NB keys is read once for all R rows.
 // * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks of CHUNK
-//   keys; work items are (b, kv head, chunk), spread over threads (OpenMP, dynamic), and
-//   merged by log-sum-exp. Prefill (more rows): items are (b, kv head, block of rows), each
-//   over all the keys up to its last visible one (no split, no merge needed beyond one part).
-//   Chunk and block boundaries depend only on positions, so a query row gets bit-identical
-//   results whatever T and S are (a verify pass equals the decode passes it replaces).
+//   keys; work items are (b, kv head, chunk), each with its own partial (max, sum, acc), merged
+//   by log-sum-exp in chunk order. Prefill (more rows): items are (b, kv head, block of rows),
+//   each over all the keys up to its last visible one, written out directly.
+//   Chunk and block boundaries depend only on positions, and which thread runs an item changes
+//   nothing, so a query row gets bit-identical results whatever T and the thread count are (a
+//   verify pass equals the decode passes it replaces).
+// * Scheduling: each thread owns a contiguous run of items (so its reads of K and V are one
+//   stream the prefetchers follow across chunks) and, when done, steals items from the back
+//   of another thread's run (a descheduled thread on a shared machine delays little).
 // * Causality is bottom-right aligned (row t sees keys [0, S - T + t]) and never materialized:
 //   only blocks that reach past S - T get a per-row lane limit.
 // * Accumulation is fp32. Both products are small GEMMs per block: scores Q[R, D] . Kp[D, NB]
-//   and output P[R, NB] . V[NB, D], with register tiles of 6 rows x 64 lanes (vfmadd, K packed
-//   transposed, bf16/fp16 widened to fp32 while packing). With dot_bf16=True, bf16 runs both
-//   products on vdpbf16ps (avx512_bf16) instead: Q . Kp[D/2, NB, 2] and P . Vp[NB/2, D, 2].
-//   On the Xeon this was written on vdpbf16ps retires 0.65 G/s per core against 3 G/s for
-//   vfmadd231ps (32 against ~100 GFLOP/s), so widening to fp32 is the default.
+//   and output P[R, NB] . V[NB, D], on register tiles of 6 rows x 64 lanes. Two variants:
+//     fma   bf16/fp16 widened to fp32 while packing, vfmadd231ps (16 MACs per instruction)
+//     dot   bf16 only: vdpbf16ps (avx512_bf16, 32 MACs per instruction) on Q . Kp[D/2, NB, 2]
+//           and P . Vp[NB/2, D, 2]; P is rounded to bf16 (as flash-attention does on GPUs).
+//   Which is faster depends on the CPU: on the 2-core Xeon this began on, vdpbf16ps retired
+//   0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5, family
+//   1Ah) dot runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1 (docs/BENCHMARKS.md).
+//   dot_bf16=None picks dot on AMD CPUs, fma elsewhere (TRIFORCE_DOT_BF16=0/1 overrides);
+//   Zen 4 is assumed to behave like Zen 5 (not measured).
+// * Scores are raw q.k in fp32 (Q is not rounded again); softmax scales them by scale*log2(e).
+// * Software prefetch: the packers prefetch the rows PF_KEYS keys ahead, one prefetch per
+//   cache line they load, so each thread keeps enough reads in flight to stream at the memory
+//   roofline even for T = 1, where the products leave the core mostly idle.
+// * No allocation per call beyond the output: scratch and partials are thread_local and grow.
 //
 // Cost of a pass (per b, kv head): bytes = 2 * S * D * sizeof(dtype) (K and V read once);
-// FLOPs = 4 * R * S * D (two products). T=1 is bound by bytes, T >= 2 on this CPU by FLOPs.
+// FLOPs = 4 * R * S * D (two products). T=1 is bound by bytes; T >= 2 on a 2-core CPU by FLOPs.
 //
 // Built with -march=native; without avx512f/avx512bw/avx512_bf16 (or in the portable build) a
 // scalar path with the same chunking runs instead.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
@@ -43,29 +60,52 @@
 
 namespace {
 
-constexpr int NB = 64;       // keys per block (4 zmm lanes-vectors of fp32 scores per row)
-constexpr int CHUNK = 512;   // keys per work item (multiple of NB); merged by log-sum-exp
+constexpr int NB = 64;            // keys per block (4 zmm of fp32 scores per row)
+constexpr int CHUNK = 512;        // keys per decode work item (multiple of NB); merged by LSE
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
 constexpr int PREFILL_ROWS = 96;  // rows per prefill work item (multiple of the 6-row tile)
+#ifndef TF_PF_KEYS
+#define TF_PF_KEYS 64
+#endif
+constexpr int PF_KEYS = TF_PF_KEYS;  // software prefetch distance, keys ahead of the block packed
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 constexpr double LOG2E = 1.4426950408889634;
 
 struct Shape {
   int64_t B, H, Hkv, G, T, S, D, R;
+  int64_t qsb, qsh, qst;                 // element strides of q (stride in D is 1)
   int64_t ksb, ksh, kss, vsb, vsh, vss;  // element strides of k and v (stride in D is 1)
+  int64_t osb, ost, osh;                 // element strides of out [B, T, H, D]
   int64_t chunks;
+  float c;                               // scale * log2(e): scores in log2 units
 };
 
-// Partial results of one work item: running max m (log2 units), sum l, unnormalized acc [R, D].
-struct Partials {
-  float* m;
-  float* l;
-  float* acc;
-  int64_t R, D;
-  float* m_at(int64_t item) { return m + item * R; }
-  float* l_at(int64_t item) { return l + item * R; }
-  float* acc_at(int64_t item) { return acc + item * R * D; }
-};
+// A grow-only scratch buffer of floats, one per thread (OpenMP threads persist across calls).
+float* scratch(std::vector<float>& buf, size_t n) {
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// Order of the D accumulator lanes the products leave (undone when rows are written out).
+enum class Lanes { identity, vp, evenodd };
+// vdpbf16ps PV: lane j*16 + w holds d = vp_dim(j, w) (the unpack order of pack_v_bf16)
+inline int64_t vp_dim(int64_t j, int64_t w) { return 32 * (j / 2) + 8 * (w / 4) + 4 * (j % 2) + (w % 4); }
+// bf16 widened for fma: lane i = 32c + w holds d = 32c + 2w, lane 32c + 16 + w holds d = 32c + 2w + 1
+inline int64_t evenodd_dim(int64_t i) { return 32 * (i / 32) + 2 * (i % 16) + (i % 32) / 16; }
+
+std::vector<int32_t> lane_dims(Lanes order, int64_t D) {
+  std::vector<int32_t> dim(D);
+  for (int64_t i = 0; i < D; ++i)
+    dim[i] = order == Lanes::vp ? vp_dim(i / 16, i % 16) : order == Lanes::evenodd ? evenodd_dim(i) : i;
+  return dim;
+}
+
+// out row = acc / l (acc in lane order, `dim` maps lane -> d)
+template <typename scalar_t>
+inline void write_row(scalar_t* dst, const float* acc, float l, const int32_t* dim, int64_t D) {
+  const float inv = 1.f / l;
+  for (int64_t i = 0; i < D; ++i) dst[dim[i]] = static_cast<scalar_t>(acc[i] * inv);
+}
 
 #if TF_AVX512
 
@@ -113,17 +153,20 @@ inline void transpose16(__m512i r[16]) {
 
 inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
-// ---- bf16: packing ------------------------------------------------------------------------
-// Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
 inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+// The packers load rows n < nk of the block at `k` and prefetch rows n < npf of the rows
+// PF_KEYS further on (npf = how many of those exist), one prefetch per cache line loaded.
+
+// ---- dot (vdpbf16ps): packing ---------------------------------------------------------------
+// Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
 void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
-        if (n < npf) prefetch_line(k + (n + NB) * kss + 32 * h);
+        if (n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
         r[i] = n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -133,14 +176,12 @@ void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uin
 }
 
 // Vp[np][j*16 + w] (32-bit units): (V[2np][d], V[2np+1][d]) with d = vp_dim(j, w) (unpack order).
-inline int64_t vp_dim(int64_t j, int64_t w) { return 32 * (j / 2) + 8 * (w / 4) + 4 * (j % 2) + (w % 4); }
-
 void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
   for (int np = 0; np < NB / 2; ++np) {
     int n0 = 2 * np, n1 = 2 * np + 1;
     for (int64_t c = 0; c < D / 32; ++c) {
-      if (n0 < npf) prefetch_line(v + (n0 + NB) * vss + 32 * c);
-      if (n1 < npf) prefetch_line(v + (n1 + NB) * vss + 32 * c);
+      if (n0 < npf) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
+      if (n1 < npf) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
       __m512i a = n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
       __m512i b = n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
       _mm512_storeu_si512(Vp + np * D + 32 * c, _mm512_unpacklo_epi16(a, b));
@@ -149,7 +190,7 @@ void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uin
   }
 }
 
-// ---- bf16: the two block products ---------------------------------------------------------
+// ---- dot: the two block products ------------------------------------------------------------
 // S[r][n] = sum_u Q[r][u] . Kp[u][n]  (Q in 32-bit units of bf16 pairs, DU = D/2 units)
 template <int RB>
 void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S) {
@@ -188,7 +229,7 @@ void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, const
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * D + 16 * (j0 + j), acc[r][j]);
 }
 
-// ---- fp32 (and fp16 converted): packing and products ----------------------------------------
+// ---- fma: fp32 (and fp16, bf16 widened) packing and products ---------------------------------
 template <typename scalar_t>
 inline __m512 load16(const scalar_t* p);
 template <>
@@ -208,7 +249,7 @@ void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss,
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
-        if (n < npf && (16 * h) % per_line == 0) prefetch_line(k + (n + NB) * kss + 16 * h);
+        if (n < npf && (16 * h) % per_line == 0) prefetch_line(k + (n + PF_KEYS) * kss + 16 * h);
         r[i] = n < nk ? _mm512_castps_si512(load16(k + n * kss + 16 * h)) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -217,16 +258,13 @@ void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss,
   }
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 16; ++h) {
-      if (n < npf && (16 * h) % per_line == 0) prefetch_line(v + (n + NB) * vss + 16 * h);
+      if (n < npf && (16 * h) % per_line == 0) prefetch_line(v + (n + PF_KEYS) * vss + 16 * h);
       _mm512_storeu_ps(Vf + n * D + 16 * h, n < nk ? load16(v + n * vss + 16 * h) : _mm512_setzero_ps());
     }
 }
 
-// bf16 for the FMA path: Kp[d][n] fp32 from a transpose of 32-bit units (d pairs), each unit
-// split by shift/and (no shuffle port); Vf[n][i] fp32 in "even/odd" order within each 32-wide
-// chunk c: i = 32c + w holds d = 32c + 2w, i = 32c + 16 + w holds d = 32c + 2w + 1.
-inline int64_t evenodd_dim(int64_t i) { return 32 * (i / 32) + 2 * (i % 16) + (i % 32) / 16; }
-
+// bf16 for fma: Kp[d][n] fp32 from a transpose of 32-bit units (d pairs), each unit split by
+// shift/and (no shuffle port); Vf[n][i] fp32 in even/odd lane order (evenodd_dim).
 void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D,
                       float* Kp, float* Vf) {
   const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
@@ -235,7 +273,7 @@ void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
-        if (n < npf) prefetch_line(k + (n + NB) * kss + 32 * h);
+        if (n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
         r[i] = n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -247,7 +285,7 @@ void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t
   }
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 32; ++h) {
-      if (n < npf) prefetch_line(v + (n + NB) * vss + 32 * h);
+      if (n < npf) prefetch_line(v + (n + PF_KEYS) * vss + 32 * h);
       __m512i x = n < nk ? _mm512_loadu_si512(v + n * vss + 32 * h) : _mm512_setzero_si512();
       _mm512_storeu_si512(Vf + n * D + 32 * h, _mm512_slli_epi32(x, 16));
       _mm512_storeu_si512(Vf + n * D + 32 * h + 16, _mm512_and_si512(x, hi_mask));
@@ -321,23 +359,22 @@ template <int RB> struct PVf32 {
   }
 };
 
-// Online softmax over one block for row r: S row (log2 units) -> P row, alpha; updates m, lvec.
-// `vis` = keys of the block the row may see (<= 0: none; >= NB: all).
-template <bool BF16>
-inline void softmax_row(float* s, int vis, float& m, float* lvec, float& alpha, void* prow) {
+// Online softmax over one block for row r: raw scores -> P row, alpha; updates m, lvec.
+// `c` = scale * log2(e); `vis` = keys of the block the row may see (<= 0: none; >= NB: all).
+template <bool DOT>
+inline void softmax_row(const float* s, float c, int vis, float& m, float* lvec, float& alpha, void* prow) {
   if (vis <= 0) {  // the whole block lies after this row's last visible key
     alpha = 1.f;
-    std::memset(prow, 0, BF16 ? NB * 2 : NB * 4);
+    std::memset(prow, 0, DOT ? NB * 2 : NB * 4);
     return;
   }
   __m512 x[4];
+  __mmask16 keep[4];
+  const __m512 cv = _mm512_set1_ps(c);
   for (int j = 0; j < 4; ++j) {
-    x[j] = _mm512_loadu_ps(s + 16 * j);
-    if (vis < NB) {
-      int lo = vis - 16 * j;  // lanes >= lo are masked
-      __mmask16 keep = lo >= 16 ? 0xFFFF : lo <= 0 ? 0 : (__mmask16)((1u << lo) - 1);
-      x[j] = _mm512_mask_blend_ps(keep, _mm512_set1_ps(NEG_INF), x[j]);
-    }
+    int lo = vis - 16 * j;  // lanes >= lo are after the row's last key
+    keep[j] = lo >= 16 ? (__mmask16)0xFFFF : lo <= 0 ? (__mmask16)0 : (__mmask16)((1u << lo) - 1);
+    x[j] = _mm512_mask_mul_ps(_mm512_set1_ps(NEG_INF), keep[j], _mm512_loadu_ps(s + 16 * j), cv);
   }
   float bmax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3])));
   float mnew = std::max(m, bmax);  // finite: lane 0 is visible
@@ -345,11 +382,11 @@ inline void softmax_row(float* s, int vis, float& m, float* lvec, float& alpha, 
   m = mnew;
   __m512 mv = _mm512_set1_ps(mnew), sum = _mm512_setzero_ps();
   for (int j = 0; j < 4; ++j) {
-    x[j] = exp2_ps(_mm512_sub_ps(x[j], mv));
+    x[j] = _mm512_maskz_mov_ps(keep[j], exp2_ps(_mm512_sub_ps(x[j], mv)));  // hidden lanes: exactly 0
     sum = _mm512_add_ps(sum, x[j]);
   }
   _mm512_storeu_ps(lvec, _mm512_fmadd_ps(_mm512_loadu_ps(lvec), _mm512_set1_ps(alpha), sum));
-  if (BF16) {
+  if (DOT) {
     auto* p = static_cast<uint32_t*>(prow);
     _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(x[1], x[0]));
     _mm512_storeu_si512(p + 16, (__m512i)_mm512_cvtne2ps_pbh(x[3], x[2]));
@@ -359,84 +396,84 @@ inline void softmax_row(float* s, int vis, float& m, float* lvec, float& alpha, 
   }
 }
 
-// One work item: rows of kv head (b, h) against keys [c0, c1).
-// Q: prepared rows [R, D] (bf16 pairs or fp32), pre-scaled by scale * log2(e).
-template <typename scalar_t, bool BF16>
-void run_item(const Shape& sh, int64_t r0, int64_t nr, const void* Q, const scalar_t* k, const scalar_t* v,
-              int64_t c0, int64_t c1, float* m, float* l, float* acc) {
+// One work item: rows r0 .. r0 + R of kv head (b, h) against keys [c0, c1) -> m, l (log2
+// units) and the unnormalized acc [R, D] (lane order of the variant).
+template <typename scalar_t, bool DOT>
+void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
+              int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc) {
   constexpr bool BF16_IN = std::is_same<scalar_t, at::BFloat16>::value;
-  static_assert(BF16_IN || !BF16, "vdpbf16ps products take bf16 inputs");
-  const int64_t R = nr, D = sh.D;  // rows r0 .. r0 + nr of the kv head (Q, m, l, acc point at r0)
-  std::vector<float> Kp(D * NB), Vb(D * NB), S(R * NB), P(R * NB), lvec(R * 16, 0.f), alpha(R);
+  static_assert(BF16_IN || !DOT, "vdpbf16ps products take bf16 inputs");
+  const int64_t D = sh.D;
+  thread_local std::vector<float> buf;
+  float* Kp = scratch(buf, 2 * D * NB + 2 * R * NB + R * 16 + R + R * D);
+  float *Vb = Kp + D * NB, *S = Vb + D * NB, *P = S + R * NB, *lvec = P + R * NB, *alpha = lvec + R * 16;
+  float* Qf = alpha + R;
+  // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
+    const scalar_t* src = q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst;
+    if (DOT)
+      std::memcpy(reinterpret_cast<scalar_t*>(Qf) + r * D, src, D * sizeof(scalar_t));
+    else
+      for (int64_t d = 0; d < D; ++d) Qf[r * D + d] = static_cast<float>(src[d]);
+  }
+  std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(acc, acc + R * D, 0.f);
   for (int64_t n0 = c0; n0 < c1; n0 += NB) {
-    int nk = (int)std::min<int64_t>(NB, c1 - n0);
-    // The packers prefetch the next block's rows, a cache line per line they load, so the
-    // reads of block i+1 overlap the products of block i without flooding the fill buffers.
-    // Few rows (decode) leave too little compute to hide them; there the hardware prefetcher
-    // alone measured 15% faster.
-    const int npf = R < 8 ? 0 : (int)std::max<int64_t>(0, std::min<int64_t>(NB, c1 - n0 - NB));
-    if (BF16) {
-      pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp.data()));
-      pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb.data()));
+    const int nk = (int)std::min<int64_t>(NB, c1 - n0);
+    // rows PF_KEYS ahead that exist (they may lie in the next chunk: usually this thread's next item)
+    const int npf = (int)std::clamp<int64_t>(sh.S - (n0 + PF_KEYS), 0, NB);
+    if (DOT) {
+      pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
+      pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
     } else if constexpr (BF16_IN) {
       pack_kv_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss,
-                       reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Kp.data(), Vb.data());
+                       reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Kp, Vb);
     } else {
-      pack_kv_f32(k + n0 * sh.kss, sh.kss, v + n0 * sh.vss, sh.vss, nk, npf, D, Kp.data(), Vb.data());
+      pack_kv_f32(k + n0 * sh.kss, sh.kss, v + n0 * sh.vss, sh.vss, nk, npf, D, Kp, Vb);
     }
     for (int64_t r = 0; r < R; r += RBMAX) {
       int rb = (int)std::min<int64_t>(RBMAX, R - r);
-      if (BF16)
-        by_rows<QKbf16>(rb, static_cast<const uint32_t*>(Q) + r * (D / 2), D / 2,
-                        (const uint32_t*)reinterpret_cast<uint32_t*>(Kp.data()), S.data() + r * NB);
+      if (DOT)
+        by_rows<QKbf16>(rb, reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2,
+                        (const uint32_t*)reinterpret_cast<uint32_t*>(Kp), S + r * NB);
       else
-        by_rows<QKf32>(rb, static_cast<const float*>(Q) + r * D, D, (const float*)Kp.data(), S.data() + r * NB);
+        by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, S + r * NB);
     }
     for (int64_t r = 0; r < R; ++r) {
       int64_t t = (r0 + r) % sh.T;
-      int64_t last = sh.S - sh.T + t;  // last key row r sees
-      int64_t vis = std::min<int64_t>(last - n0 + 1, nk);
-      void* prow = BF16 ? (void*)(reinterpret_cast<uint16_t*>(P.data()) + r * NB) : (void*)(P.data() + r * NB);
-      softmax_row<BF16>(S.data() + r * NB, (int)std::max<int64_t>(vis, 0), m[r], lvec.data() + r * 16, alpha[r], prow);
+      int64_t vis = std::min<int64_t>(sh.S - sh.T + t - n0 + 1, nk);  // keys of the block row r sees
+      void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
+      softmax_row<DOT>(S + r * NB, sh.c, (int)std::max<int64_t>(vis, 0), m[r], lvec + r * 16, alpha[r], prow);
     }
     for (int64_t r = 0; r < R; r += RBMAX) {
       int rb = (int)std::min<int64_t>(RBMAX, R - r);
-      if (BF16)
-        by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P.data()) + r * NB),
-                        (const uint32_t*)reinterpret_cast<uint32_t*>(Vb.data()), D, (const float*)alpha.data() + r,
-                        acc + r * D);
+      if (DOT)
+        by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
+                        (const uint32_t*)reinterpret_cast<uint32_t*>(Vb), D, (const float*)alpha + r, acc + r * D);
       else
-        by_rows<PVf32>(rb, (const float*)P.data() + r * NB, (const float*)Vb.data(), D, (const float*)alpha.data() + r,
-                       acc + r * D);
+        by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, (const float*)alpha + r, acc + r * D);
     }
   }
-  for (int64_t r = 0; r < R; ++r) l[r] = _mm512_reduce_add_ps(_mm512_loadu_ps(lvec.data() + r * 16));
-  if (BF16) {  // undo the unpack order of Vp
-    std::vector<float> row(D);
-    for (int64_t r = 0; r < R; ++r) {
-      for (int64_t j = 0; j < D / 16; ++j)
-        for (int64_t w = 0; w < 16; ++w) row[vp_dim(j, w)] = acc[r * D + 16 * j + w];
-      std::copy(row.begin(), row.end(), acc + r * D);
-    }
-  } else if (BF16_IN) {  // undo the even/odd order of Vf
-    std::vector<float> row(D);
-    for (int64_t r = 0; r < R; ++r) {
-      for (int64_t i = 0; i < D; ++i) row[evenodd_dim(i)] = acc[r * D + i];
-      std::copy(row.begin(), row.end(), acc + r * D);
-    }
-  }
+  for (int64_t r = 0; r < R; ++r) l[r] = _mm512_reduce_add_ps(_mm512_loadu_ps(lvec + r * 16));
 }
 
 #endif  // TF_AVX512
 
-// Portable path: the same chunks, one key at a time, fp32.
+// Portable path: the same items, one key at a time, fp32, lanes in identity order.
 template <typename scalar_t>
-void run_item_scalar(const Shape& sh, int64_t r0, int64_t nr, const float* Q, const scalar_t* k, const scalar_t* v,
-                     int64_t c0, int64_t c1, float* m, float* l, float* acc) {
-  const int64_t R = nr, D = sh.D;
-  std::vector<float> kf(D), vf(D);
+void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
+                     int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc) {
+  const int64_t D = sh.D;
+  thread_local std::vector<float> buf;
+  float* kf = scratch(buf, 2 * D + R * D);
+  float *vf = kf + D, *Q = vf + D;
+  for (int64_t r = 0; r < R; ++r) {
+    int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
+    const scalar_t* src = q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst;
+    for (int64_t d = 0; d < D; ++d) Q[r * D + d] = static_cast<float>(src[d]);
+  }
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF, l[r] = 0.f;
   std::fill(acc, acc + R * D, 0.f);
   for (int64_t n = c0; n < c1; ++n) {
@@ -445,6 +482,7 @@ void run_item_scalar(const Shape& sh, int64_t r0, int64_t nr, const float* Q, co
       if (n > sh.S - sh.T + (r0 + r) % sh.T) continue;
       float s = 0.f;
       for (int64_t d = 0; d < D; ++d) s += Q[r * D + d] * kf[d];
+      s *= sh.c;
       float mnew = std::max(m[r], s);
       float alpha = std::exp2(m[r] - mnew), p = std::exp2(s - mnew);
       m[r] = mnew;
@@ -454,11 +492,37 @@ void run_item_scalar(const Shape& sh, int64_t r0, int64_t nr, const float* Q, co
   }
 }
 
-bool fast_path(const torch::Tensor& q, int64_t D) {
-#if TF_AVX512
-  return D % 32 == 0 && D <= 512;
+// Items [0, n) in contiguous runs, one per thread; a thread that finishes its run takes items
+// from the back of another's. Each run is (next, end) packed in one atomic word.
+struct Runs {
+  std::vector<std::atomic<uint64_t>> runs;
+  Runs(int64_t n, int threads) : runs(threads) {
+    for (int i = 0; i < threads; ++i)
+      runs[i].store(pack(n * i / threads, n * (i + 1) / threads), std::memory_order_relaxed);
+  }
+  static uint64_t pack(int64_t lo, int64_t hi) { return (uint64_t)lo << 32 | (uint64_t)hi; }
+  // The next item for thread `me`, or -1 when every run is empty.
+  int64_t next(int me) {
+    const int n = (int)runs.size();
+    for (int i = 0; i < n; ++i) {
+      auto& run = runs[(me + i) % n];
+      uint64_t cur = run.load(std::memory_order_relaxed);
+      for (;;) {
+        int64_t lo = (int64_t)(cur >> 32), hi = (int64_t)(cur & 0xFFFFFFFFu);
+        if (lo >= hi) break;
+        uint64_t want = i == 0 ? pack(lo + 1, hi) : pack(lo, hi - 1);  // own: front; others: back
+        if (run.compare_exchange_weak(cur, want, std::memory_order_relaxed)) return i == 0 ? lo : hi - 1;
+      }
+    }
+    return -1;
+  }
+};
+
+bool dot_default() {
+  if (const char* env = std::getenv("TRIFORCE_DOT_BF16")) return std::strcmp(env, "0") != 0;
+#if TF_AVX512 && (defined(__GNUC__) || defined(__clang__))
+  return __builtin_cpu_is("amd");  // Zen 4/5: vdpbf16ps at full rate; Intel (SPR): fma faster
 #else
-  (void)q, (void)D;
   return false;
 #endif
 }
@@ -466,12 +530,13 @@ bool fast_path(const torch::Tensor& q, int64_t D) {
 }  // namespace
 
 // q [B, H, T, D], k/v [B, Hkv, S, D] (stride 1 in D) -> out [B, T, H, D], dtype of q.
-// dot_bf16: run bf16 products on vdpbf16ps instead of converting to fp32 for FMA (measured
-// slower on the Xeon this was written on: 0.65 G vdpbf16ps/s against 3 G vfmadd/s per core).
-torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, bool dot_bf16) {
+// dot_bf16: bf16 products on vdpbf16ps (true) or widened to fp32 for vfmadd (false); None
+// picks per CPU (dot_default).
+torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, std::optional<bool> dot_bf16) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attend: q, k, v must be 4-D, got ", q.sizes(), k.sizes(), v.sizes());
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(), "attend: dtypes differ");
   TORCH_CHECK(k.sizes() == v.sizes(), "attend: k ", k.sizes(), " and v ", v.sizes(), " differ");
+  if (q.stride(3) != 1) q = q.contiguous();
   if (k.stride(3) != 1) k = k.contiguous();
   if (v.stride(3) != 1) v = v.contiguous();
   Shape sh;
@@ -480,8 +545,10 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   TORCH_CHECK(k.size(0) == sh.B && k.size(3) == sh.D && sh.H % sh.Hkv == 0 && sh.S >= sh.T && sh.T >= 1,
               "attend: shapes q ", q.sizes(), " k ", k.sizes(), " do not fit");
   sh.G = sh.H / sh.Hkv, sh.R = sh.G * sh.T;
+  sh.qsb = q.stride(0), sh.qsh = q.stride(1), sh.qst = q.stride(2);
   sh.ksb = k.stride(0), sh.ksh = k.stride(1), sh.kss = k.stride(2);
   sh.vsb = v.stride(0), sh.vsh = v.stride(1), sh.vss = v.stride(2);
+  sh.c = (float)(scale * LOG2E);
   // Decode/verify (R <= ROWS_SPLIT): one row block, keys split in chunks so that both cores
   // work even for one kv head. Prefill (more rows): row blocks of PREFILL_ROWS give the
   // parallelism; keys are one chunk, and each row block stops at its last visible key.
@@ -489,92 +556,108 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   sh.chunks = prefill ? 1 : (sh.S + CHUNK - 1) / CHUNK;
   const int64_t row_block = prefill ? PREFILL_ROWS : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
-  const bool fast = fast_path(q, sh.D) && q.scalar_type() != at::kDouble;
-  const bool bf16 = fast && dot_bf16 && q.scalar_type() == at::kBFloat16;
+#if TF_AVX512
+  const bool fast = sh.D % 32 == 0 && sh.D <= 512 && q.scalar_type() != at::kDouble;
+#else
+  const bool fast = false;
+#endif
+  static const bool dot_auto = dot_default();
+  const bool dot = fast && dot_bf16.value_or(dot_auto) && q.scalar_type() == at::kBFloat16;
+  const auto dim = lane_dims(!fast ? Lanes::identity : dot ? Lanes::vp
+                             : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
 
-  // Query rows per kv head, [B, Hkv, R, D], scaled so that scores are in log2 units.
-  auto qs = (q.to(at::kFloat) * (scale * LOG2E)).reshape({sh.B, sh.Hkv, sh.R, sh.D});
-  qs = (bf16 ? qs.to(at::kBFloat16) : qs).contiguous();
-
+  auto out = torch::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
+  sh.osb = out.stride(0), sh.ost = out.stride(1), sh.osh = out.stride(2);
   const int64_t parts = sh.B * sh.Hkv * sh.chunks, items = parts * row_blocks;
-  auto part = torch::empty({parts * sh.R * (sh.D + 2)}, q.options().dtype(at::kFloat));
-  Partials pt{part.data_ptr<float>(), part.data_ptr<float>() + parts * sh.R,
-              part.data_ptr<float>() + 2 * parts * sh.R, sh.R, sh.D};
+  // Partials (m, l, acc [R, D]) of each (b, kv head, chunk) when there are chunks to merge.
+  thread_local std::vector<float> partials;
+  float* pm = sh.chunks > 1 ? scratch(partials, parts * sh.R * (sh.D + 2)) : nullptr;
+  float *pl = pm + parts * sh.R, *pacc = pm + 2 * parts * sh.R;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "attend_cpu", [&] {
+    const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = k.data_ptr<scalar_t>();
     const scalar_t* vp = v.data_ptr<scalar_t>();
-    const char* qbase = static_cast<const char*>(qs.data_ptr());
-    const int64_t qrow_bytes = sh.R * sh.D * qs.element_size();
-    // Dynamic schedule over items (not at::parallel_for's static halves): on a shared machine a
-    // descheduled thread then delays one item, not half of the pass.
-    const int nthreads = items > 1 ? at::get_num_threads() : 1;
-    _Pragma("omp parallel for schedule(dynamic, 1) num_threads(nthreads)")
-    for (int64_t it = 0; it < items; ++it) {
-        int64_t rbi = it % row_blocks, pi = it / row_blocks;  // row block, (b, h, chunk)
-        int64_t c = pi % sh.chunks, bh = pi / sh.chunks, h = bh % sh.Hkv, b = bh / sh.Hkv;
-        int64_t r0 = rbi * row_block, nr = std::min(row_block, sh.R - r0);
+    scalar_t* op = out.data_ptr<scalar_t>();
+    auto out_row = [&](int64_t b, int64_t h, int64_t r) {  // row r = g*T + t of kv head h
+      return op + b * sh.osb + (r % sh.T) * sh.ost + (h * sh.G + r / sh.T) * sh.osh;
+    };
+    const int threads = (int)std::min<int64_t>(items, at::get_num_threads());
+    Runs runs(items, threads);
+    _Pragma("omp parallel num_threads(threads)") {
+      const int me = omp_get_thread_num();
+      thread_local std::vector<float> own;  // m, l, acc of an item written out directly
+      for (int64_t it; (it = runs.next(me)) >= 0;) {
+        const int64_t rbi = it % row_blocks, pi = it / row_blocks;  // row block, (b, h, chunk)
+        const int64_t c = pi % sh.chunks, bh = pi / sh.chunks, h = bh % sh.Hkv, b = bh / sh.Hkv;
+        const int64_t r0 = rbi * row_block, nr = std::min(row_block, sh.R - r0);
         int64_t t_max = nr >= sh.T ? sh.T - 1 : 0;  // latest token among rows r0 .. r0+nr
         for (int64_t r = r0; r < r0 + nr && t_max < sh.T - 1; ++r) t_max = std::max(t_max, r % sh.T);
-        int64_t c0 = prefill ? 0 : c * CHUNK;
-        int64_t c1 = std::min({sh.S, c0 + (prefill ? sh.S : CHUNK), sh.S - sh.T + t_max + 1});
-        float *pm = pt.m_at(pi) + r0, *pl = pt.l_at(pi) + r0, *pacc = pt.acc_at(pi) + r0 * sh.D;
+        const int64_t c0 = c * CHUNK;
+        const int64_t c1 = std::min({sh.S, prefill ? sh.S : c0 + CHUNK, sh.S - sh.T + t_max + 1});
+        float *m, *l, *acc;
+        if (pm) {
+          m = pm + pi * sh.R + r0, l = pl + pi * sh.R + r0, acc = pacc + (pi * sh.R + r0) * sh.D;
+        } else {
+          m = scratch(own, nr * (sh.D + 2)), l = m + nr, acc = l + nr;
+        }
         const scalar_t* kb = kp + b * sh.ksb + h * sh.ksh;
         const scalar_t* vb = vp + b * sh.vsb + h * sh.vsh;
-        const void* Q = qbase + bh * qrow_bytes + r0 * sh.D * qs.element_size();
+        bool done = false;
 #if TF_AVX512
-        if (fast) {
-          if constexpr (std::is_same<scalar_t, double>::value) {
-            TORCH_CHECK(false, "unreachable");
-          } else if constexpr (std::is_same<scalar_t, at::BFloat16>::value) {
-            if (bf16)
-              run_item<scalar_t, true>(sh, r0, nr, Q, kb, vb, c0, c1, pm, pl, pacc);
-            else
-              run_item<scalar_t, false>(sh, r0, nr, Q, kb, vb, c0, c1, pm, pl, pacc);
-          } else {
-            run_item<scalar_t, false>(sh, r0, nr, Q, kb, vb, c0, c1, pm, pl, pacc);
+        if constexpr (!std::is_same<scalar_t, double>::value) {
+          if (fast) {
+            if constexpr (std::is_same<scalar_t, at::BFloat16>::value) {
+              if (dot)
+                run_item<scalar_t, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+              else
+                run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+            } else {
+              run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+            }
+            done = true;
           }
-          continue;
         }
 #endif
-        run_item_scalar<scalar_t>(sh, r0, nr, static_cast<const float*>(Q), kb, vb, c0, c1, pm, pl, pacc);
-    }
-  });
-
-  // Merge the chunks of each row by log-sum-exp and write [B, T, H, D].
-  auto out = torch::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
-  auto outf = out.scalar_type() == at::kFloat ? out : torch::empty(out.sizes(), q.options().dtype(at::kFloat));
-  float* o = outf.data_ptr<float>();
-  at::parallel_for(0, sh.B * sh.Hkv * sh.R, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t x = begin; x < end; ++x) {
-      int64_t r = x % sh.R, bh = x / sh.R, h = bh % sh.Hkv, b = bh / sh.Hkv;
-      int64_t g = r / sh.T, t = r % sh.T;
-      float* dst = o + ((b * sh.T + t) * sh.H + h * sh.G + g) * sh.D;
-      float M = NEG_INF;
-      for (int64_t c = 0; c < sh.chunks; ++c) M = std::max(M, pt.m_at(bh * sh.chunks + c)[r]);
-      float L = 0.f;
-      std::fill(dst, dst + sh.D, 0.f);
-      for (int64_t c = 0; c < sh.chunks; ++c) {
-        int64_t it = bh * sh.chunks + c;
-        float mc = pt.m_at(it)[r];
-        if (mc == NEG_INF) continue;
-        float w = std::exp2(mc - M);
-        L += w * pt.l_at(it)[r];
-        const float* a = pt.acc_at(it) + r * sh.D;
-        for (int64_t d = 0; d < sh.D; ++d) dst[d] += w * a[d];
+        if (!done) run_item_scalar<scalar_t>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+        if (!pm)  // one part per row: normalize and write out
+          for (int64_t r = 0; r < nr; ++r) write_row(out_row(b, h, r0 + r), acc + r * sh.D, l[r], dim.data(), sh.D);
       }
-      float inv = 1.f / L;
-      for (int64_t d = 0; d < sh.D; ++d) dst[d] *= inv;
+      if (pm) {
+        // Merge the chunks of each row by log-sum-exp, in chunk order (bitwise reproducible).
+        _Pragma("omp barrier")
+        thread_local std::vector<float> row;
+        float* o = scratch(row, sh.D);
+        _Pragma("omp for schedule(static)")
+        for (int64_t x = 0; x < sh.B * sh.Hkv * sh.R; ++x) {
+          const int64_t r = x % sh.R, bh = x / sh.R;
+          float M = NEG_INF;
+          for (int64_t c = 0; c < sh.chunks; ++c) M = std::max(M, pm[(bh * sh.chunks + c) * sh.R + r]);
+          float L = 0.f;
+          std::fill(o, o + sh.D, 0.f);
+          for (int64_t c = 0; c < sh.chunks; ++c) {
+            const int64_t p = (bh * sh.chunks + c) * sh.R + r;
+            if (pm[p] == NEG_INF) continue;  // the row sees no key of this chunk
+            const float w = std::exp2(pm[p] - M);
+            L += w * pl[p];
+            const float* a = pacc + p * sh.D;
+            for (int64_t d = 0; d < sh.D; ++d) o[d] += w * a[d];
+          }
+          write_row(out_row(bh / sh.Hkv, bh % sh.Hkv, r), o, L, dim.data(), sh.D);
+        }
+      }
     }
   });
-  if (!outf.is_same(out)) out.copy_(outf);
   return out;
 }
 
 bool has_avx512_bf16() { return TF_AVX512; }
 
+bool dot_bf16_default() { return TF_AVX512 && dot_default(); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "CPU attention for decode/verify: q [B,H,T,D], k/v [B,Hkv,S,D] -> [B,T,H,D]",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = false);
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none());
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the fast (avx512_bf16) kernels were compiled in");
+  m.def("dot_bf16_default", &dot_bf16_default, "whether bf16 runs on vdpbf16ps when dot_bf16 is None (per CPU)");
 }
