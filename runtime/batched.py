@@ -136,10 +136,6 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
     """Engine.generate for several sequences at once (each with its own RunConfig): same tokens
     as one at a time, with the model passes packed across sequences."""
     from runtime.engine import DRAFTER_MODES
-    from runtime.errors import UserError
-    if len(prompts) > 1 and not hasattr(engine.model.model.layers[0], "self_attn"):
-        raise UserError(f"batch_size {len(prompts)} with offload_weights is not supported (packed passes need "
-                        "resident layer weights); use batch_size 1 or keep the weights on the device")
     for run in runs:   # load the drafter and build lower-level copies here, not inside a sequence thread
         if run.mode in DRAFTER_MODES and engine.drafter is None:
             engine.drafter = engine.load_drafter(run)
