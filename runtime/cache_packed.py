@@ -1,21 +1,12 @@
-"""Several sequences in one forward pass of the model: PackedCache is the cache the model's own
-forward sees when the new tokens of N sequences are packed along T, each sequence keeping its
-own cache (any policy), positions and fill length:
+"""PackedCache: the cache the model's own forward sees when the new tokens of several sequences
+are packed along T (tokens [1, ΣT], sequence 0's T_0 first), each sequence keeping its own cache
+of any policy. Norms, projections and the MLP run once over the ΣT rows (the weights are read
+once for all sequences: runtime/batched.py); attention runs per sequence on its own cache, so
+ragged lengths need no padding or masks and a sequence's logits do not depend on its neighbours.
 
-    tokens   [1, ΣT]         sequence 0's T_0 new tokens, then sequence 1's T_1, ...
-    begin    [1, ΣT, D]      every cache's RoPE tables for its own positions, concatenated
-    attend   per layer       q/k/v are split per sequence; each sequence's cache stores its K/V
-                             (cache.update) and its queries attend to its own keys
-    end                      every cache's end()
-
-Everything else in the layer (norms, projections, MLP) runs once over the ΣT rows, so the
-weights are read once for all N sequences: that is the batching gain. Ragged lengths need no
-padding and no masks, and a sequence's logits do not depend on its neighbours.
-
-It stands for the caches for one pass only: begin/attend/end are the part of the cache
-interface (runtime/cache.py) a forward pass uses, with attend in place of update because N
-sequences' keys are N tensors of different lengths S_i. Rolling back (crop) and committing stay
-with each sequence's own cache.
+It stands for the caches during one pass: begin/end as in runtime/cache.py, and attend in place of
+update, because several sequences' keys are tensors of different lengths S_i. Rolling back and
+committing stay with each sequence's own cache.
 """
 from __future__ import annotations
 
