@@ -3,21 +3,21 @@
 Each sequence runs the *unchanged* single-sequence code (Engine.generate: prefill, SpecDecoder,
 per-sequence acceptance with its own seeded generator, rebuild policy) in its own thread. Only
 the forward passes are shared: a sequence's model call becomes a request to the Batcher, which
-waits until every live sequence is waiting on a pass, then runs one *packed* pass for all
-requests on the same weights (the middle level and the target share the target's weights, so
-their passes pack together too):
+waits until every live sequence is waiting on a pass, then runs the model's own forward once for
+all requests on the same weights (the middle level and the target share the target's weights,
+so their passes pack together too):
 
     requests   seq 0: 1 token  -> its FullCache         (target verifying)
                seq 1: 7 tokens -> its RetrievalCache    (middle level)
                seq 2: 1 token  -> its FullCache
-    packed     tokens [1, 9]: embedding, norms, QKV/O projections and the MLP run once over all 9
-               rows (the weights are read once: that is the batching gain); attention runs per
-               sequence on that sequence's own cache, exactly as it would alone.
+    packed     tokens [1, 9] through model(tokens, PackedCache(...)): embedding, norms, projections
+               and the MLP run once over all 9 rows (the weights are read once: that is the
+               batching gain); attention runs per sequence on that sequence's own cache, exactly
+               as it would alone (runtime/cache_packed.py).
 
-Ragged lengths need no padding and no masks: each sequence keeps its own caches, positions and
-fill lengths, and the packed rows are split back per sequence around attention. A sequence's
-tokens therefore depend only on its own prompt and seed (greedy batched == one at a time, and a
-seeded record gives the same text whatever it is batched with).
+Ragged lengths need no padding and no masks, so a sequence's tokens depend only on its own
+prompt and seed (greedy batched == one at a time, and a seeded record gives the same text
+whatever it is batched with).
 """
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.attention import attend
-from runtime.rope import Rope
+from runtime.cache_packed import PackedCache
 
 
 @dataclass(eq=False)
@@ -42,34 +41,16 @@ class Request:
     done: bool = False
 
 
-@torch.inference_mode()
-def packed_forward(model, requests: list[Request]) -> list[torch.Tensor]:
-    """One pass of `model` over several sequences' new tokens, each with its own cache.
-    Returns each request's logits [1, R_i, V] (the last_only rows; all T_i when 0), float32."""
+def packed_pass(model, requests: list[Request]) -> list[torch.Tensor]:
+    """One pass of the model's own forward over several sequences' new tokens, each sequence with
+    its own cache (runtime/cache_packed.py). Returns each request's logits [1, R_i, V] float32:
+    its last_only rows (all T_i when 0)."""
     sizes = [r.tokens.shape[1] for r in requests]
-    tables = [r.cache.begin(n) for r, n in zip(requests, sizes)]               # each [1, T_i, D]
-    cos = torch.cat([c for c, _ in tables], dim=1)                             # [1, ΣT, D]
-    sin = torch.cat([s for _, s in tables], dim=1)
-    x = model.model.embed_tokens(torch.cat([r.tokens for r in requests], dim=1))  # [1, ΣT, E]
-    for layer in model.model.layers:
-        attn = layer.self_attn
-        h = layer.input_layernorm(x)
-        n = h.shape[1]
-        q, k, v = attn.project(h)                         # [1, H | Hkv, ΣT, D], k before RoPE
-        q = Rope.rotate(q, cos, sin)
-        outs = []
-        for r, q_i, k_i, v_i in zip(requests, q.split(sizes, 2), k.split(sizes, 2), v.split(sizes, 2)):
-            keys, values = r.cache.update(attn.layer, q_i, k_i, v_i)             # [1, Hkv, S_i, D]
-            outs.append(attend(q_i, keys, values))                              # [1, T_i, H, D]
-        x = x + attn.o_proj(torch.cat(outs, dim=1).reshape(1, n, attn.H * attn.D))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
-    for r in requests:
-        r.cache.end()
-    ends = torch.tensor(sizes, device=x.device).cumsum(0).tolist()             # host values: split points
-    picks = [torch.arange(e - min(int(r.last_only) or t, t), e) for r, e, t in zip(requests, ends, sizes)]
-    rows = x[0, torch.cat(picks).to(x.device)]                                 # [R, E] only the rows asked for
-    logits = model.lm_head(model.model.norm(rows)).float()                     # [R, V]
-    return [part[None] for part in logits.split([len(p) for p in picks])]      # each [1, T_i | 1, V]
+    wanted = [min(int(r.last_only) or n, n) for r, n in zip(requests, sizes)]            # R_i
+    cache = PackedCache([r.cache for r in requests], sizes)
+    tokens = torch.cat([r.tokens for r in requests], dim=1)                                # [1, ΣT]
+    logits = model(tokens, cache, last_only=cache.rows(wanted, model.device))              # [1, R, V]
+    return list(logits.split(wanted, dim=1))
 
 
 def weight_cost(model) -> int:
@@ -117,7 +98,7 @@ class Batcher:
                     groups.setdefault(id(r.model), []).append(r)
                 group = min(groups.values(), key=lambda g: weight_cost(g[0].model))
                 try:
-                    for r, logits in zip(group, packed_forward(group[0].model, group)):
+                    for r, logits in zip(group, packed_pass(group[0].model, group)):
                         r.logits = logits
                 except (RuntimeError, ValueError) as e:   # e.g. a cache's capacity: fail these sequences
                     for r in group:
@@ -155,10 +136,6 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
     """Engine.generate for several sequences at once (each with its own RunConfig): same tokens
     as one at a time, with the model passes packed across sequences."""
     from runtime.engine import DRAFTER_MODES
-    from runtime.errors import UserError
-    if len(prompts) > 1 and not hasattr(engine.model.model.layers[0], "self_attn"):
-        raise UserError(f"batch_size {len(prompts)} with offload_weights is not supported (packed passes need "
-                        "resident layer weights); use batch_size 1 or keep the weights on the device")
     for run in runs:   # load the drafter and build lower-level copies here, not inside a sequence thread
         if run.mode in DRAFTER_MODES and engine.drafter is None:
             engine.drafter = engine.load_drafter(run)

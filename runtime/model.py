@@ -18,6 +18,7 @@ from safetensors import safe_open
 
 from runtime.attention import attend
 from runtime.cache import KVCache
+from runtime.cache_packed import PackedCache
 from runtime.config import ModelConfig
 from runtime.errors import UserError
 from runtime.ops import Linear, rms_norm, silu_mul
@@ -62,8 +63,11 @@ class Attention(nn.Module):
         B, T, _ = x.shape                                              # x [B, T, E]
         q, k, v = self.project(x)
         q = Rope.rotate(q, cos, sin)
-        k, v = cache.update(self.layer, q, k, v)                          # [B, Hkv, S, D]
-        out = attend(q, k, v)                                          # [B, T, H, D]
+        if isinstance(cache, PackedCache):    # several sequences, each attending to its own cache
+            out = cache.attend(self.layer, q, k, v)                    # [1, ΣT, H, D]
+        else:
+            k, v = cache.update(self.layer, q, k, v)                   # [B, Hkv, S, D]
+            out = attend(q, k, v)                                      # [B, T, H, D]
         return self.o_proj(out.reshape(B, T, self.H * self.D))
 
 
@@ -129,7 +133,8 @@ class Transformer(nn.Module):
 
         last_only is a row count (the name is the wire contract of the shard actors, which pass it
         through): False/0 = every position (R = T); True/1 = the last one, as prefill wants;
-        n = the last n, as a verify pass wants (Level.feed's keep_last). The head is V wide
+        n = the last n, as a verify pass wants (Level.feed's keep_last); a tensor of row indices
+        picks each sequence's rows of a packed pass (runtime/cache_packed.py). The head is V wide
         (49152 x 576 for SmolLM2: a fifth of the target's weights, two thirds of its drafter's), so
         rows nobody reads are skipped."""
         return self.logits(tokens, cache, last_only)
@@ -141,9 +146,10 @@ class Transformer(nn.Module):
         for layer in self.model.layers:
             x = layer(x, cos, sin, cache)
         cache.end()
-        rows = int(last_only)
-        if 0 < rows < x.shape[1]:
-            x = x[:, -rows:]                                           # [B, R, E]
+        if isinstance(last_only, torch.Tensor):   # the rows' indices (a packed pass: PackedCache.rows)
+            x = x[:, last_only]                                        # [B, R, E]
+        elif 0 < int(last_only) < x.shape[1]:
+            x = x[:, -int(last_only):]                                 # [B, R, E]
         return self.lm_head(self.model.norm(x)).float()                # [B, R, V]
 
 

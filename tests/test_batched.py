@@ -1,6 +1,7 @@
 """Batched decoding within a replica (runtime/batched.py): several sequences of different prompt
-lengths decoded together give exactly the tokens each gives alone, greedy and seeded, in `ar`
-and in the speculative modes (the drafter is the target's first 4 layers, as in test_modes)."""
+lengths decoded together give exactly the tokens each gives alone, greedy and seeded, in `ar`,
+in the speculative modes and in a batch that mixes modes, with resident or streamed weights (the
+drafter is the target's first 4 layers, as in test_modes)."""
 import pytest
 
 from runtime.batch import Replica, pack, unpack
@@ -31,9 +32,9 @@ def config(engine, **kw):
     return RunConfig(model=str(engine.model_dir), draft_model=str(engine.draft_dir), **{**SMALL, **kw})
 
 
-@pytest.mark.parametrize("mode", ["ar", "triforce"])
-def test_batched_greedy_equals_one_at_a_time(engine, prompts, mode):
-    runs = [config(engine, mode=mode)] * len(prompts)
+@pytest.mark.parametrize("modes", [("ar",) * 3, ("triforce",) * 3, ("ar", "retrieval", "triforce")])
+def test_batched_greedy_equals_one_at_a_time(engine, prompts, modes):
+    runs = [config(engine, mode=mode) for mode in modes]
     alone = [engine.generate(p, r).token_ids for p, r in zip(prompts, runs)]
     outcome = generate_batch(engine, prompts, runs)
     assert [r.token_ids for r in outcome.results] == alone
@@ -63,3 +64,16 @@ def test_replica_batch_mixes_modes_and_keeps_bad_records_apart(default_model_dir
         alone = replica.engine.generate(replica.engine.encode(job["prompt"]),
                                         RunConfig(**{"max_new_tokens": 6, **job["params"]}))
         assert record["token_ids"] == alone.token_ids
+
+
+def test_batched_with_streamed_weights_and_offloaded_kv_equals_one_at_a_time(default_model_dir, cut_drafter, prompts):
+    """The packed pass is the model's own forward, so a model whose layers stream their weights
+    (offload_weights) batches too, with each sequence's KV partly in the host tier."""
+    streamed = Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter),
+                                offload_weights=True))
+    runs = [config(streamed, mode=mode, on_chip_layers=11) for mode in ("ar", "triforce", "triforce")]
+    alone = [streamed.generate(p, r).token_ids for p, r in zip(prompts, runs)]
+    outcome = generate_batch(streamed, prompts, runs)
+    assert [r.token_ids for r in outcome.results] == alone
+    assert all(r.stats["offload"]["offload_weights"] for r in outcome.results)
+    assert outcome.packed_rows["target"] > outcome.passes["target"]

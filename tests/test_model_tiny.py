@@ -151,3 +151,34 @@ def test_rope_scaling_flag_extends_context():
     for bad in ("yarn", "cubic:4", "linear:0.5"):
         with pytest.raises(UserError, match="rope-scaling"):
             with_rope_scaling(base, bad)
+
+
+def test_packed_pass_equals_each_sequence_alone(tmp_path):
+    """The model's own forward over several sequences (runtime/cache_packed.py): ragged cache
+    lengths, ragged new tokens, two cache policies; each sequence's rows equal its pass alone,
+    and its cache ends up as it would alone."""
+    from runtime.cache_packed import PackedCache
+    from runtime.cache_streaming import StreamingCache
+    model = load_model(save_tiny(tmp_path, transformers.LlamaConfig, transformers.LlamaForCausalLM), "fp32")
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, TINY["vocab_size"], (1, n), generator=gen) for n in (20, 7, 33)]
+    new = [torch.randint(0, TINY["vocab_size"], (1, n), generator=gen) for n in (1, 4, 3)]
+
+    def caches():
+        streaming = StreamingCache(model.cfg, model.rope(64), 1, 4, 12, model.device, model.dtype, scratch=8)
+        made = [full_cache(model, 64), streaming, full_cache(model, 64)]
+        for cache, prompt in zip(made, prompts):
+            model(prompt, cache)
+        return made
+
+    alone = [model(t, c) for t, c in zip(new, caches())]                                 # each [1, T_i, V]
+    packed_caches = caches()
+    cache = PackedCache(packed_caches, [t.shape[1] for t in new])
+    wanted = [1, 4, 2]                                                                   # rows each sequence reads
+    got = model(torch.cat(new, dim=1), cache, last_only=cache.rows(wanted, model.device)).split(wanted, dim=1)
+    for g, a, n in zip(got, alone, wanted):
+        torch.testing.assert_close(g, a[:, -n:], rtol=1e-5, atol=1e-5)
+    assert [c.get_seq_length() for c in packed_caches] == [21, 11, 36]   # each: its prompt + its new tokens
+    for c_packed, c_alone, t in zip(packed_caches, caches(), new):
+        model(t, c_alone)                                                # next token: the caches agree
+        torch.testing.assert_close(model(t[:, :1], c_packed), model(t[:, :1], c_alone), rtol=1e-5, atol=1e-5)
