@@ -29,7 +29,6 @@ from runtime.ops import Linear
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 GROUP, BLOCK = 32, 16                     # native layout: columns per group, output rows per block
-NATIVE_ROWS = 16                          # rows per call up to which the native kernels run (decode, verify)
 
 
 @functools.cache
@@ -67,8 +66,10 @@ def quantize_rows_reference(x: torch.Tensor) -> torch.Tensor:
     n, k = x.shape
     cols = -(-k // GROUP) * GROUP
     g = _pad(x.float(), n, cols).view(n, cols // GROUP, GROUP)                     # [N, G, 32]
-    scale = g.abs().amax(-1, keepdim=True) / 127
-    inv = torch.where(scale > 0, 127 / g.abs().amax(-1, keepdim=True), torch.zeros_like(scale))
+    amax = g.abs().amax(-1, keepdim=True)                                         # [N, G, 1]
+    scale = amax / 127
+    inv = torch.where(amax > 0, torch.full_like(amax, 127) / amax, torch.zeros_like(amax))  # not 127 / amax:
+    # torch computes a scalar over a tensor as reciprocal * 127, one more rounding than the kernel
     return (torch.round(g * inv).clamp(-127, 127) * scale).view(n, cols)[:, :k]
 
 
@@ -79,8 +80,9 @@ class _QuantLinear(nn.Module):
     Two layouts, chosen once at construction (never both: weight_bytes counts what one pass reads):
     `native` (runtime/csrc/quant_cpu.cpp's packed blocks) on a CPU where that module built with
     avx512_vnni, else torch's (its weight-only kernels, CPU or CUDA). The native kernels run every
-    call of up to NATIVE_ROWS rows without autograd; other calls (prefill chunks, training) rebuild
-    torch's layout for the call (see _torch_layout)."""
+    call, however many rows: measured (python -m runtime.bench.kernels quant) they beat torch's
+    kernels 1.4-2x at N = 1..16 and 2-2.4x at N = 64 and 256 (prefill chunks), and a prefill row
+    then equals the decode row bitwise. Neither path has a backward (torch's kernels have none)."""
 
     def __init__(self, linear: nn.Linear, native: bool | None = None):
         super().__init__()
@@ -96,7 +98,7 @@ class _QuantLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
-        if self.native and rows <= NATIVE_ROWS and not (torch.is_grad_enabled() and x.requires_grad):
+        if self.native:
             flat = x.reshape(rows, self.in_features)                              # [N, K]
             if flat.dtype not in (torch.bfloat16, torch.float32) or flat.stride(-1) != 1:
                 flat = flat.to(self.weight.dtype).contiguous()
@@ -104,6 +106,21 @@ class _QuantLinear(nn.Module):
         flat = x.reshape(-1, self.in_features).contiguous()                      # [N, K]
         y = self.matmul(flat.to(self.weight.dtype)).view(*x.shape[:-1], self.out_features)  # [..., out]
         return y if self.bias is None else y + self.bias
+
+
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> fp32 [..., out]: what forward computes, in plain torch from dequantized()
+        (the twin of the native kernels: with the native layout each x row is quantized per group
+        of 32 columns, and int4's zero term multiplies the exact x)."""
+        flat = x.reshape(-1, self.in_features).float()                            # [N, K]
+        w, zero = self.dequantized(), self.zero_term()                            # [out, in] each
+        y = flat @ w.T if not self.native else quantize_rows_reference(flat) @ (w - zero).T + flat @ zero.T
+        y = y if self.bias is None else y + self.bias.float()
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def zero_term(self) -> torch.Tensor:
+        """The part of dequantized() [out, in] that the native kernel multiplies by the exact x."""
+        return torch.zeros(self.out_features, self.in_features)
 
 
 class Int8Linear(_QuantLinear):
@@ -138,10 +155,9 @@ class Int8Linear(_QuantLinear):
         return kernel.int8_linear(x, self.packed, self.scales, self.bias, self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        codes = self.codes()  # native layout, many rows: torch's layout for this call (O*K bytes, small beside N*O*K MACs)
-        if codes.shape[1] != self.in_features:
-            x = torch.nn.functional.pad(x, (0, codes.shape[1] - self.in_features))  # zero columns: nothing added
-        return torch.ops.aten._weight_int8pack_mm(x, codes, self.scales[:self.out_features].to(x.dtype))
+        if self.qweight.shape[1] != self.in_features:
+            x = torch.nn.functional.pad(x, (0, self.qweight.shape[1] - self.in_features))  # zero columns: nothing added
+        return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
     def dequantized(self) -> torch.Tensor:
         q = self.codes()[:, :self.in_features]
@@ -197,14 +213,14 @@ class Int4Linear(_QuantLinear):
         cols = -(-self.in_features // INT4_GROUP) * INT4_GROUP
         if cols != self.in_features:
             x = torch.nn.functional.pad(x, (0, cols - self.in_features))       # zero columns: nothing added
-        if self.native:   # many rows: torch's layout for this call (repacking is small beside N*O*K MACs)
-            q, scale, zero = self.native_parts()
-            qweight = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
-            sz = torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(x.dtype)
-        else:
-            qweight, sz = self.qweight, self.scales_and_zeros
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, qweight, INT4_GROUP, sz)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.qweight, INT4_GROUP, self.scales_and_zeros)
         return y if y.shape[-1] == self.out_features else y[:, :self.out_features].contiguous()
+
+    def zero_term(self) -> torch.Tensor:
+        if not self.native:
+            return super().zero_term()
+        zero = self.native_parts()[2]                                            # [rows, G]
+        return zero.repeat_interleave(INT4_GROUP, 1)[:self.out_features, :self.in_features]
 
     def dequantized(self) -> torch.Tensor:
         if self.native:

@@ -81,7 +81,7 @@ SMOLLM2_LINEARS = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # [O, K]:
 SMOLLM2_LAYERS, SMOLLM2_HEAD = 30, (49152, 576)
 
 
-def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64)) -> None:
+def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 256)) -> None:
     """Every quantized linear of one SmolLM2-135M pass (30 layers x qkv, o, gate_up, down + the
     head: 134.5M weights, each matrix its own copy, so that nothing stays in cache), N rows of
     bf16 activations: runtime/csrc/quant_cpu.cpp against torch's kernels, both through the
@@ -125,8 +125,6 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64)) 
             fns = {"native": lambda: [m(xs[m.in_features]) for m in layers["native"]],
                    "kernel": lambda: [bare(m, xs[m.in_features]) for m in layers["native"]],
                    "torch": lambda: [m(xs[m.in_features]) for m in layers["torch"]]}
-            if n > 16:   # the modules hand many rows to torch: the native kernel alone is the comparison
-                fns["native"] = fns["kernel"]
             times = {k: [] for k in fns}
             with torch.inference_mode():
                 for _ in range(repeats + 1):

@@ -1,4 +1,5 @@
-// Weight-only quantized linears for the lower levels of a CPU decode/verify pass:
+// Weight-only quantized linears for the lower levels (decode/verify passes, and prefill chunks:
+// measured faster than torch's kernels at every row count, runtime/bench/kernels.py quant):
 //   int8_linear  y [N, O] = x [N, K] . (q * scale)^T        q int8 per output row (one fp32 scale)
 //   int4_linear  y [N, O] = x [N, K] . ((q - 8) * s + z)^T   q 0..15, bf16 s and z per 32 columns
 // x is bf16 or fp32 and y has x's dtype; an optional bias [O] is added in fp32 before rounding.
@@ -35,7 +36,7 @@
 // packed groups (<= 24 KB for K <= 1536 int8) stay in L1/L2 across tiles.
 //
 // Cost: bytes = packed weights (O*K int8 or 0.625*O*K int4) + small x/y; int MACs = N*O*K.
-// Pure-torch twin: runtime/quant.py (torch's kernels and quantize_rows_reference); the portable
+// Pure-torch twin: runtime/quant.py (_QuantLinear.reference, quantize_rows_reference); the portable
 // build (or a CPU without avx512_vnni/avx512_bf16) has has_avx512_vnni() false and quant.py keeps
 // torch's layouts and kernels.
 #include <torch/extension.h>
