@@ -5,10 +5,15 @@ stays exact (a lower level only proposes; the acceptance rule and its residual c
 proposal distribution, including one that is zero on most of the vocabulary).
 
     same   the level runs on the model's own weights (no copy)
-    int8   per-output-row symmetric int8; torch's CPU/CUDA kernel aten._weight_int8pack_mm
-           (activations stay in the model's dtype; 1 byte per weight + one scale per row)
-    int4   asymmetric 4-bit in groups of INT4_GROUP input columns; aten._weight_int4pack_mm_for_cpu
-           on CPU (0.5 byte per weight + a scale and a zero per group)
+    int8   per-output-row symmetric int8 (1 byte per weight + one scale per row)
+    int4   asymmetric 4-bit in groups of INT4_GROUP input columns (0.5 byte per weight + a bf16
+           scale and zero per group)
+
+On a CPU with avx512_vnni both run runtime/csrc/quant_cpu.cpp (activations quantized to int8 per
+32 columns on the fly, int8 dot products; at the memory floor for one row); elsewhere torch's
+kernels aten._weight_int8pack_mm (CPU/CUDA) and aten._weight_int4pack_mm_for_cpu, activations in
+the model's dtype. The lower levels only propose, so the activation rounding cannot change the
+output; tests/test_quant_kernels.py bounds it.
 
 Every nn.Linear of the decoder layers and the head is replaced; embeddings and norms are shared
 with the source model (not copied). A pass reads weight_bytes(model) bytes of weights: the figure
@@ -152,7 +157,8 @@ class Int8Linear(_QuantLinear):
         return (u8.to(torch.int16) - 128).to(torch.int8)[:self.out_features].contiguous()
 
     def native_matmul(self, kernel, x: torch.Tensor) -> torch.Tensor:
-        return kernel.int8_linear(x, self.packed, self.scales, self.bias, self.out_features)
+        scales = self.scales if self.scales.dtype == torch.float32 else self.scales.float()  # after a .to(dtype)
+        return kernel.int8_linear(x, self.packed, scales, self.bias, self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.qweight.shape[1] != self.in_features:
