@@ -34,6 +34,7 @@ from runtime.ops import Linear
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 GROUP, BLOCK = 32, 16                     # native layout: columns per group, output rows per block
+NATIVE_DTYPES = (torch.bfloat16, torch.float32)   # activations the native kernels take
 
 
 @functools.cache
@@ -102,12 +103,8 @@ class _QuantLinear(nn.Module):
         self.native = can if native is None else native   # None: native where it runs; False: torch's layout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // self.in_features
-        if self.native:
-            flat = x.reshape(rows, self.in_features)                              # [N, K]
-            if flat.dtype not in (torch.bfloat16, torch.float32) or flat.stride(-1) != 1:
-                flat = flat.to(self.weight.dtype).contiguous()
-            return self.native_matmul(_native_kernels(), flat).view(*x.shape[:-1], self.out_features)
+        if self.native:     # x [..., K] bf16/fp32 -> [..., out], one call (reshape, bias in the kernel)
+            return self.native_matmul(x if x.dtype in NATIVE_DTYPES else x.to(self.weight.dtype))
         flat = x.reshape(-1, self.in_features).contiguous()                      # [N, K]
         y = self.matmul(flat.to(self.weight.dtype)).view(*x.shape[:-1], self.out_features)  # [..., out]
         return y if self.bias is None else y + self.bias
@@ -156,9 +153,12 @@ class Int8Linear(_QuantLinear):
         u8 = _unquads(self.packed.view(blocks, groups, 8, BLOCK, 4))
         return (u8.to(torch.int16) - 128).to(torch.int8)[:self.out_features].contiguous()
 
-    def native_matmul(self, kernel, x: torch.Tensor) -> torch.Tensor:
-        scales = self.scales if self.scales.dtype == torch.float32 else self.scales.float()  # after a .to(dtype)
-        return kernel.int8_linear(x, self.packed, scales, self.bias, self.out_features)
+    def native_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        scales = self._buffers["scales"]   # _buffers, not Module.__getattr__: ~0.5 us a lookup, 120 linears a pass
+        if scales.dtype != torch.float32:  # after a .to(dtype)
+            scales = scales.float()
+        return _native_kernels().int8_linear(x, self._buffers["packed"], scales, self._parameters.get("bias"),
+                                             self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.qweight.shape[1] != self.in_features:
@@ -203,8 +203,8 @@ class Int4Linear(_QuantLinear):
                                  torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(linear.weight.dtype))
             self._codes = q   # kept for dequantized() (tests); dropped by drop_codes()
 
-    def native_matmul(self, kernel, x: torch.Tensor) -> torch.Tensor:
-        return kernel.int4_linear(x, self.packed, self.bias, self.out_features)
+    def native_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return _native_kernels().int4_linear(x, self._buffers["packed"], self._parameters.get("bias"), self.out_features)
 
     def native_parts(self):
         """(q [rows, cols] int32, scale [rows, G] fp32, zero [rows, G] fp32) from the native layout."""

@@ -116,14 +116,15 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
         native_bytes, torch_bytes = nbytes("native"), nbytes("torch")
         for n in rows:
             xs = {k: torch.randn(n, k, dtype=torch.bfloat16) for k in {k for _, k in shapes}}
+            calls = [(m, xs[m.in_features], m.packed, getattr(m, "scales", None)) for m in layers["native"]]
             if cls is Int8Linear:
-                def bare(m, x):
-                    return kernel.int8_linear(x, m.packed, m.scales, None, m.out_features)
+                def bare():
+                    return [kernel.int8_linear(x, p, s, None, m.out_features) for m, x, p, s in calls]
             else:
-                def bare(m, x):
-                    return kernel.int4_linear(x, m.packed, None, m.out_features)
+                def bare():
+                    return [kernel.int4_linear(x, p, None, m.out_features) for m, x, p, _ in calls]
             fns = {"native": lambda: [m(xs[m.in_features]) for m in layers["native"]],
-                   "kernel": lambda: [bare(m, xs[m.in_features]) for m in layers["native"]],
+                   "kernel": bare,
                    "torch": lambda: [m(xs[m.in_features]) for m in layers["torch"]]}
             times = {k: [] for k in fns}
             with torch.inference_mode():

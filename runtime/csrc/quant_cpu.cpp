@@ -2,7 +2,8 @@
 // measured faster than torch's kernels at every row count, runtime/bench/kernels.py quant):
 //   int8_linear  y [N, O] = x [N, K] . (q * scale)^T        q int8 per output row (one fp32 scale)
 //   int4_linear  y [N, O] = x [N, K] . ((q - 8) * s + z)^T   q 0..15, bf16 s and z per 32 columns
-// x is bf16 or fp32 and y has x's dtype; an optional bias [O] is added in fp32 before rounding.
+// x [..., K] is bf16 or fp32 and y [..., O] has x's dtype; an optional bias [O] is added in fp32
+// before rounding.
 //
 // Why: a 1-row pass is bound by reading the weights (1 or 0.56 bytes per weight here), and torch's
 // CPU kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) read them at 26 and 18 GB/s on
@@ -204,13 +205,19 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
 }
 #endif
 
-torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor* scales,
+// x [..., K] -> y [..., O]: the module's whole forward in one call (a few us of Python per call
+// add up over the ~120 linears of a pass).
+torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packed, const torch::Tensor* scales,
                            const c10::optional<torch::Tensor>& bias, int64_t O, bool int4) {
   const char* op = int4 ? "int4_linear" : "int8_linear";
   TORCH_CHECK(has_avx512_vnni(), op, ": built without avx512_vnni/avx512_bf16 (callers check has_avx512_vnni())");
-  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1, op, ": x [N, K] with unit stride in K expected, got ", x.sizes());
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, op, ": x must be bf16 or fp32, got ",
-              x.scalar_type());
+  TORCH_CHECK(x_in.dim() >= 1, op, ": x [..., K] expected, got a scalar");
+  TORCH_CHECK(x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat, op,
+              ": x must be bf16 or fp32, got ", x_in.scalar_type());
+  auto out_sizes = x_in.sizes().vec();
+  out_sizes.back() = O;
+  torch::Tensor x = x_in.reshape({-1, x_in.size(-1)});   // [N, K], a view when it can be
+  if (x.stride(1) != 1) x = x.contiguous();
   const int64_t N = x.size(0), K = x.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
   const int64_t group_bytes = int4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES;
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 3 &&
@@ -225,7 +232,7 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& packed, 
     TORCH_CHECK(bias->numel() == O, op, ": bias [", O, "] expected, got ", bias->sizes());
     b32 = bias->to(at::kFloat).contiguous();
   }
-  auto y = torch::empty({N, O}, x.options());
+  auto y = torch::empty(out_sizes, x.options());       // [..., O], written as [N, O]
   if (N == 0 || O == 0) return y;
 #if TF_AVX512
   const auto* wp = packed.data_ptr<uint8_t>();
@@ -241,13 +248,13 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& packed, 
   return y;
 }
 
-// y [N, O] = x [N, K] . (q * scales)^T (+ bias); packed [O/16, K/32, 512] uint8 (q + 128), scales [O] fp32
+// y [..., O] = x [..., K] . (q * scales)^T (+ bias); packed [O/16, K/32, 512] uint8 (q + 128), scales [O] fp32
 torch::Tensor int8_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scales,
                           c10::optional<torch::Tensor> bias, int64_t out_features) {
   return quant_linear(x, packed, &scales, bias, out_features, false);
 }
 
-// y [N, O] = x [N, K] . ((q - 8) * s + z)^T (+ bias); packed [O/16, K/32, 320] uint8 (nibbles, s, z)
+// y [..., O] = x [..., K] . ((q - 8) * s + z)^T (+ bias); packed [O/16, K/32, 320] uint8 (nibbles, s, z)
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias,
                           int64_t out_features) {
   return quant_linear(x, packed, nullptr, bias, out_features, true);
@@ -256,9 +263,9 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, c10::optional<t
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("int8_linear", &int8_linear, "x [N,K] . (q*scale)^T (+ bias) -> [N,O], packed int8 weights",
+  m.def("int8_linear", &int8_linear, "x [...,K] . (q*scale)^T (+ bias) -> [...,O], packed int8 weights",
         py::arg("x"), py::arg("packed"), py::arg("scales"), py::arg("bias"), py::arg("out_features"));
-  m.def("int4_linear", &int4_linear, "x [N,K] . ((q-8)*s+z)^T (+ bias) -> [N,O], packed int4 weights",
+  m.def("int4_linear", &int4_linear, "x [...,K] . ((q-8)*s+z)^T (+ bias) -> [...,O], packed int4 weights",
         py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
   m.def("has_avx512_vnni", &has_avx512_vnni, "whether the avx512_vnni kernels were compiled in");
   m.def("has_avx512_bf16", &has_avx512_vnni, "same as has_avx512_vnni (the kernels need both; native build's report)");
