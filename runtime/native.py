@@ -59,6 +59,12 @@ def layer_cpu():
     return _module("layer_cpu")
 
 
+def quant_cpu():
+    """The compiled weight-only quantized linears (`int8_linear`, `int4_linear`, `has_avx512_vnni`),
+    or None. The kernels need avx512_vnni and avx512_bf16 (runtime.quant checks has_avx512_vnni())."""
+    return _module("quant_cpu")
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "build"
     if command == "build":

@@ -5,10 +5,15 @@ stays exact (a lower level only proposes; the acceptance rule and its residual c
 proposal distribution, including one that is zero on most of the vocabulary).
 
     same   the level runs on the model's own weights (no copy)
-    int8   per-output-row symmetric int8; torch's CPU/CUDA kernel aten._weight_int8pack_mm
-           (activations stay in the model's dtype; 1 byte per weight + one scale per row)
-    int4   asymmetric 4-bit in groups of INT4_GROUP input columns; aten._weight_int4pack_mm_for_cpu
-           on CPU (0.5 byte per weight + a scale and a zero per group)
+    int8   per-output-row symmetric int8 (1 byte per weight + one scale per row)
+    int4   asymmetric 4-bit in groups of INT4_GROUP input columns (0.5 byte per weight + a bf16
+           scale and zero per group)
+
+On a CPU with avx512_vnni both run runtime/csrc/quant_cpu.cpp (activations quantized to int8 per
+32 columns on the fly, int8 dot products; at the memory floor for one row); elsewhere torch's
+kernels aten._weight_int8pack_mm (CPU/CUDA) and aten._weight_int4pack_mm_for_cpu, activations in
+the model's dtype. The lower levels only propose, so the activation rounding cannot change the
+output; tests/test_quant_kernels.py bounds it.
 
 Every nn.Linear of the decoder layers and the head is replaced; embeddings and norms are shared
 with the source model (not copied). A pass reads weight_bytes(model) bytes of weights: the figure
@@ -17,86 +22,219 @@ stats.levels.*.weight_bytes reports, so users see what quantization buys.
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.nn as nn
 
+from runtime import native
 from runtime.config import WEIGHT_KINDS
 from runtime.errors import UserError
 from runtime.ops import Linear
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
+GROUP, BLOCK = 32, 16                     # native layout: columns per group, output rows per block
+NATIVE_DTYPES = (torch.bfloat16, torch.float32)   # activations the native kernels take
+
+
+@functools.cache
+def _native_kernels():
+    """runtime/csrc/quant_cpu.cpp when it built with its avx512_vnni kernels, else None (cached:
+    forward asks on every call)."""
+    module = native.quant_cpu()
+    return module if module is not None and module.has_avx512_vnni() else None
+
+
+def _pad(w: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """w [O, K] fp32 zero-padded to [rows, cols]."""
+    out = w.new_zeros(rows, cols)
+    out[:w.shape[0], :w.shape[1]] = w
+    return out
+
+
+def _quads(codes: torch.Tensor) -> torch.Tensor:
+    """codes [O', K'] (O' % 16 == 0, K' % 32 == 0) -> [O'/16, K'/32, 8, 16, 4]: per block of 16 rows
+    and group of 32 columns, 8 quads of 4 columns x 16 rows, the operand order of one vpdpbusd."""
+    rows, cols = codes.shape
+    return codes.view(rows // BLOCK, BLOCK, cols // GROUP, 8, 4).permute(0, 2, 3, 1, 4)
+
+
+def _unquads(quads: torch.Tensor) -> torch.Tensor:
+    """Inverse of _quads: [B, G, 8, 16, 4] -> [B*16, G*32]."""
+    blocks, groups = quads.shape[:2]
+    return quads.permute(0, 3, 1, 2, 4).reshape(blocks * BLOCK, groups * GROUP)
+
+
+def quantize_rows_reference(x: torch.Tensor) -> torch.Tensor:
+    """x [N, K] as the native kernels see it: each row quantized per group of 32 columns to int8
+    with scale max|x|/127 (round half to even), returned dequantized in fp32 (the torch twin of
+    quant_cpu.cpp's quantize_rows, for tests)."""
+    n, k = x.shape
+    cols = -(-k // GROUP) * GROUP
+    g = _pad(x.float(), n, cols).view(n, cols // GROUP, GROUP)                     # [N, G, 32]
+    amax = g.abs().amax(-1, keepdim=True)                                         # [N, G, 1]
+    scale = amax / 127
+    inv = torch.where(amax > 0, torch.full_like(amax, 127) / amax, torch.zeros_like(amax))  # not 127 / amax:
+    # torch computes a scalar over a tensor as reciprocal * 127, one more rounding than the kernel
+    return (torch.round(g * inv).clamp(-127, 127) * scale).view(n, cols)[:, :k]
 
 
 class _QuantLinear(nn.Module):
     """Base of the quantized linears: `weight` is an empty marker in the compute dtype and on the
-    device (as parallel._HiddenOut does), so Transformer.device/.dtype keep working on a head."""
+    device (as parallel._HiddenOut does), so Transformer.device/.dtype keep working on a head.
 
-    def __init__(self, linear: nn.Linear):
+    Two layouts, chosen once at construction (never both: weight_bytes counts what one pass reads):
+    `native` (runtime/csrc/quant_cpu.cpp's packed blocks) on a CPU where that module built with
+    avx512_vnni, else torch's (its weight-only kernels, CPU or CUDA). The native kernels run every
+    call, however many rows: measured (python -m runtime.bench.kernels quant) they beat torch's
+    kernels 1.4-2x at N = 1..16 and 2-2.4x at N = 64 and 256 (prefill chunks), and a prefill row
+    then equals the decode row bitwise. Neither path has a backward (torch's kernels have none)."""
+
+    def __init__(self, linear: nn.Linear, native: bool | None = None):
         super().__init__()
         w = linear.weight
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("weight", torch.empty(0, dtype=w.dtype, device=w.device), persistent=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        can = w.device.type == "cpu" and _native_kernels() is not None
+        if native and not can:
+            raise UserError(f"the native quantized kernels are not available here (device {w.device}, "
+                            f"built: {_native_kernels() is not None}); leave native=None")
+        self.native = can if native is None else native   # None: native where it runs; False: torch's layout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:     # x [..., K] bf16/fp32 -> [..., out], one call (reshape, bias in the kernel)
+            return self.native_matmul(x if x.dtype in NATIVE_DTYPES else x.to(self.weight.dtype))
         flat = x.reshape(-1, self.in_features).contiguous()                      # [N, K]
         y = self.matmul(flat.to(self.weight.dtype)).view(*x.shape[:-1], self.out_features)  # [..., out]
         return y if self.bias is None else y + self.bias
 
 
-class Int8Linear(_QuantLinear):
-    """y = x @ (q * scale)^T, q int8 [out, in], one scale per output row."""
+    def reference(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> fp32 [..., out]: what forward computes, in plain torch from dequantized()
+        (the twin of the native kernels: with the native layout each x row is quantized per group
+        of 32 columns, and int4's zero term multiplies the exact x)."""
+        flat = x.reshape(-1, self.in_features).float()                            # [N, K]
+        w, zero = self.dequantized(), self.zero_term()                            # [out, in] each
+        y = flat @ w.T if not self.native else quantize_rows_reference(flat) @ (w - zero).T + flat @ zero.T
+        y = y if self.bias is None else y + self.bias.float()
+        return y.view(*x.shape[:-1], self.out_features)
 
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear)
+    def zero_term(self) -> torch.Tensor:
+        """The part of dequantized() [out, in] that the native kernel multiplies by the exact x."""
+        return torch.zeros(self.out_features, self.in_features)
+
+
+class Int8Linear(_QuantLinear):
+    """y = x @ (q * scale)^T, q int8 [out, in], one scale per output row; an input width that is
+    not a multiple of 32 is padded with zero columns (torch's kernel crashes on K = 100, say).
+    torch layout: qweight [out, in'] int8, scales [out] in the compute dtype (_weight_int8pack_mm).
+    native layout: packed [out/16, in/32, 512] uint8 (q + 128, vpdpbusd order), scales [out/16*16] fp32."""
+
+    def __init__(self, linear: nn.Linear, native: bool | None = None):
+        super().__init__(linear, native)
         w = linear.weight.detach().float()                                       # [out, in]
         scale = (w.abs().amax(dim=1) / 127).clamp_min(1e-12)                     # [out]
-        self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
-        self.register_buffer("scales", scale.to(linear.weight.dtype))           # [out], the compute dtype
+        q = torch.round(w / scale[:, None]).clamp(-127, 127)                     # [out, in], fp32 codes
+        rows, cols = -(-self.out_features // BLOCK) * BLOCK, -(-self.in_features // GROUP) * GROUP
+        if self.native:
+            u8 = (_pad(q, rows, cols) + 128).to(torch.uint8)                     # pad: q = 0, stored 128
+            self.register_buffer("packed", _quads(u8).reshape(rows // BLOCK, cols // GROUP, 8 * BLOCK * 4).contiguous())
+            self.register_buffer("scales", _pad(scale[:, None], rows, 1)[:, 0].contiguous())  # [rows] fp32
+        else:
+            self.register_buffer("qweight", _pad(q, self.out_features, cols).to(torch.int8))  # [out, in']
+            self.register_buffer("scales", scale.to(linear.weight.dtype))       # [out], the compute dtype
+
+    def codes(self) -> torch.Tensor:
+        """q [out, in'] int8 (in' = in rounded up to 32, zero columns past in)."""
+        if not self.native:
+            return self.qweight
+        blocks, groups = self.packed.shape[:2]
+        u8 = _unquads(self.packed.view(blocks, groups, 8, BLOCK, 4))
+        return (u8.to(torch.int16) - 128).to(torch.int8)[:self.out_features].contiguous()
+
+    def native_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        scales = self._buffers["scales"]   # _buffers, not Module.__getattr__: ~0.5 us a lookup, 120 linears a pass
+        if scales.dtype != torch.float32:  # after a .to(dtype)
+            scales = scales.float()
+        return _native_kernels().int8_linear(x, self._buffers["packed"], scales, self._parameters.get("bias"),
+                                             self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        if self.qweight.shape[1] != self.in_features:
+            x = torch.nn.functional.pad(x, (0, self.qweight.shape[1] - self.in_features))  # zero columns: nothing added
         return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
     def dequantized(self) -> torch.Tensor:
-        return self.qweight.float() * self.scales.float()[:, None]               # [out, in]
+        q = self.codes()[:, :self.in_features]
+        return q.float() * self.scales[:self.out_features].float()[:, None]      # [out, in]
 
 
 class Int4Linear(_QuantLinear):
     """Per group of INT4_GROUP input columns: w = (q - 8) * scale + zero, q in 0..15, scale and zero
-    from the group's min and max (zero is the value q = 8 stands for, as the kernel wants it)."""
+    from the group's min and max (zero is the value q = 8 stands for, as torch's kernel wants it;
+    an input width that is not a multiple of the group is padded with zero columns).
+    torch layout: qweight from _convert_weight_to_int4pack_for_cpu, scales_and_zeros [G, rows, 2].
+    native layout: packed [out/16, in/32, 320] uint8: per block of 16 rows and group, 256 bytes of
+    nibbles in vpdpbusd order, then bf16 scale[16] and zero[16]."""
 
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear)
+    def __init__(self, linear: nn.Linear, native: bool | None = None):
+        super().__init__(linear, native)
         out, inp = linear.weight.shape
-        if inp % INT4_GROUP:
-            raise UserError(f"int4 weights need the input width {inp} to be a multiple of {INT4_GROUP}; "
-                            "use int8 for this model")
         if linear.weight.device.type != "cpu":
             raise UserError(f"int4 weights run on the CPU kernel only (the model is on {linear.weight.device}); "
                             "use int8 there")
-        rows = -(-out // 16) * 16          # the kernel packs rows in tiles of 16: zero rows pad the rest
-        w = torch.zeros(rows, inp, device=linear.weight.device)
-        w[:out] = linear.weight.detach().float()
-        w = w.view(rows, inp // INT4_GROUP, INT4_GROUP)                          # [rows, G, g]
-        low, high = w.amin(-1), w.amax(-1)                                       # [out, G]
+        rows, cols = -(-out // 16) * 16, -(-inp // INT4_GROUP) * INT4_GROUP   # both layouts: tiles of 16 rows
+        w = _pad(linear.weight.detach().float(), rows, cols).view(rows, cols // INT4_GROUP, INT4_GROUP)  # [rows, G, g]
+        low, high = w.amin(-1), w.amax(-1)                                       # [rows, G]
         scale = ((high - low) / 15).clamp_min(1e-12)
-        q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(rows, inp)
-        self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))  # [rows, in/2] uint8
-        zero = low + 8 * scale
-        self.register_buffer("scales_and_zeros",                                 # [G, rows, 2]
-                             torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(linear.weight.dtype))
-        self._codes = q   # kept for dequantized() (tests); dropped by drop_codes()
+        q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(rows, cols)
+        if self.native:
+            quads = _quads(q.to(torch.uint8))                                    # [B, G, 8, 16, 4]
+            nibbles = (quads[:, :, :4] | (quads[:, :, 4:] << 4)).reshape(rows // BLOCK, cols // GROUP, 256)
+            sz = torch.stack([scale, low + 8 * scale]).to(torch.bfloat16)        # [2, rows, G]
+            sz = sz.view(2, rows // BLOCK, BLOCK, cols // GROUP).permute(1, 3, 0, 2)  # [B, G, 2, 16]
+            sz = sz.contiguous().view(torch.uint8).reshape(rows // BLOCK, cols // GROUP, 64)
+            self.register_buffer("packed", torch.cat([nibbles, sz], -1).contiguous())
+        else:
+            self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))  # [rows, in/2] uint8
+            zero = low + 8 * scale
+            self.register_buffer("scales_and_zeros",                             # [G, rows, 2]
+                                 torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(linear.weight.dtype))
+            self._codes = q   # kept for dequantized() (tests); dropped by drop_codes()
+
+    def native_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        return _native_kernels().int4_linear(x, self._buffers["packed"], self._parameters.get("bias"), self.out_features)
+
+    def native_parts(self):
+        """(q [rows, cols] int32, scale [rows, G] fp32, zero [rows, G] fp32) from the native layout."""
+        blocks, groups = self.packed.shape[:2]
+        nibbles = self.packed[..., :256].reshape(blocks, groups, 4, BLOCK, 4)
+        q = _unquads(torch.cat([nibbles & 15, nibbles >> 4], 2)).to(torch.int32)
+        sz = self.packed[..., 256:].contiguous().view(torch.bfloat16).view(blocks, groups, 2, BLOCK).float()
+        sz = sz.permute(2, 0, 3, 1).reshape(2, blocks * BLOCK, groups)         # [2, rows, G]
+        return q, sz[0], sz[1]
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        cols = -(-self.in_features // INT4_GROUP) * INT4_GROUP
+        if cols != self.in_features:
+            x = torch.nn.functional.pad(x, (0, cols - self.in_features))       # zero columns: nothing added
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.qweight, INT4_GROUP, self.scales_and_zeros)
         return y if y.shape[-1] == self.out_features else y[:, :self.out_features].contiguous()
 
+    def zero_term(self) -> torch.Tensor:
+        if not self.native:
+            return super().zero_term()
+        zero = self.native_parts()[2]                                            # [rows, G]
+        return zero.repeat_interleave(INT4_GROUP, 1)[:self.out_features, :self.in_features]
+
     def dequantized(self) -> torch.Tensor:
-        sz = self.scales_and_zeros.float().transpose(0, 1)                       # [rows, G, 2]
-        q = self._codes.float().view(len(self._codes), -1, INT4_GROUP)           # [rows, G, g]
-        w = ((q - 8) * sz[..., :1] + sz[..., 1:]).view(len(self._codes), self.in_features)
-        return w[:self.out_features]                                             # [out, in]
+        if self.native:
+            q, scale, zero = self.native_parts()
+        else:
+            q, (scale, zero) = self._codes, self.scales_and_zeros.float().transpose(0, 1).unbind(-1)  # [rows, G] each
+        w = (q.float().view(len(q), -1, INT4_GROUP) - 8) * scale[..., None] + zero[..., None]   # [rows, G, g]
+        return w.reshape(len(w), -1)[:self.out_features, :self.in_features]      # [out, in]
 
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}

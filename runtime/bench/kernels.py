@@ -1,6 +1,7 @@
 """Micro-benchmarks of the attention kernels, side by side in one process (docs/BENCHMARKS.md):
     python -m runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA
     python -m runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
+    python -m runtime.bench.kernels quant [threads] [repeats]     int8/int4 linears of a pass: native vs torch
 """
 from __future__ import annotations
 
@@ -94,11 +95,77 @@ def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
               f" {flops / best['split'] / 1e9:>14.1f} {best['mask'] / best['split']:>10.2f}x")
 
 
+SMOLLM2_LINEARS = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # [O, K]: qkv, o, gate_up, down
+SMOLLM2_LAYERS, SMOLLM2_HEAD = 30, (49152, 576)
+
+
+def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 256)) -> None:
+    """Every quantized linear of one SmolLM2-135M pass (30 layers x qkv, o, gate_up, down + the
+    head: 134.5M weights, each matrix its own copy, so that nothing stays in cache), N rows of
+    bf16 activations: runtime/csrc/quant_cpu.cpp against torch's kernels, both through the
+    modules' forward (what a pass pays) and the kernels alone. Medians of `repeats`, interleaved.
+    Roofline: packed weight bytes / 34 GB/s (this EPYC's read bandwidth)."""
+    import statistics
+    import time
+
+    import torch
+    import torch.nn as nn
+
+    from runtime.quant import Int4Linear, Int8Linear, _native_kernels
+    torch.set_num_threads(threads)
+    kernel = _native_kernels()
+    assert kernel is not None, "native quant_cpu did not build with avx512_vnni"
+    shapes = [s for _ in range(SMOLLM2_LAYERS) for s in SMOLLM2_LINEARS] + [SMOLLM2_HEAD]
+    weights = sum(o * k for o, k in shapes)
+    print(f"threads={threads}, {len(shapes)} matrices, {weights / 1e6:.1f}M weights, bf16 activations; "
+          f"medians of {repeats}; GB/s of weight bytes read")
+    print(f"{'kind':>4} {'N':>3} {'native ms':>10} {'GB/s':>5} {'kernel ms':>10} {'GB/s':>5} "
+          f"{'torch ms':>9} {'GB/s':>5} {'floor ms':>9} {'speedup':>8}")
+    torch.manual_seed(0)
+    for cls in (Int8Linear, Int4Linear):
+        name = "int8" if cls is Int8Linear else "int4"
+        layers = {"native": [], "torch": []}
+        for o, k in shapes:
+            dense = nn.Linear(k, o, bias=False, dtype=torch.bfloat16)
+            layers["native"].append(cls(dense, native=True))
+            layers["torch"].append(cls(dense, native=False))
+        def nbytes(kind):
+            return sum(t.numel() * t.element_size() for m in layers[kind] for t in m.buffers())
+        native_bytes, torch_bytes = nbytes("native"), nbytes("torch")
+        for n in rows:
+            xs = {k: torch.randn(n, k, dtype=torch.bfloat16) for k in {k for _, k in shapes}}
+            calls = [(m, xs[m.in_features], m.packed, getattr(m, "scales", None)) for m in layers["native"]]
+            if cls is Int8Linear:
+                def bare():
+                    return [kernel.int8_linear(x, p, s, None, m.out_features) for m, x, p, s in calls]
+            else:
+                def bare():
+                    return [kernel.int4_linear(x, p, None, m.out_features) for m, x, p, _ in calls]
+            fns = {"native": lambda: [m(xs[m.in_features]) for m in layers["native"]],
+                   "kernel": bare,
+                   "torch": lambda: [m(xs[m.in_features]) for m in layers["torch"]]}
+            times = {k: [] for k in fns}
+            with torch.inference_mode():
+                for _ in range(repeats + 1):
+                    for k, fn in fns.items():
+                        t0 = time.perf_counter()
+                        fn()
+                        times[k].append(time.perf_counter() - t0)
+            t = {k: statistics.median(v[1:]) for k, v in times.items()}   # the first is warm-up
+            print(f"{name:>4} {n:>3} {t['native'] * 1e3:>10.2f} {native_bytes / t['native'] / 1e9:>5.1f} "
+                  f"{t['kernel'] * 1e3:>10.2f} {native_bytes / t['kernel'] / 1e9:>5.1f} "
+                  f"{t['torch'] * 1e3:>9.2f} {torch_bytes / t['torch'] / 1e9:>5.1f} "
+                  f"{native_bytes / 34e9 * 1e3:>9.2f} {t['torch'] / t['native']:>7.2f}x")
+        del layers
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "bench"
     if command == "bench":
         _bench(*map(int, sys.argv[2:4]))
     elif command == "prefill":
         _bench_prefill(*map(int, sys.argv[2:4]))
+    elif command == "quant":
+        _bench_quant(*map(int, sys.argv[2:4]))
     else:
-        sys.exit("usage: python -m runtime.bench.kernels bench | prefill [threads] [repeats]")
+        sys.exit("usage: python -m runtime.bench.kernels bench | prefill | quant [threads] [repeats]")

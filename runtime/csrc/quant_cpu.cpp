@@ -1,0 +1,272 @@
+// Weight-only quantized linears for the lower levels (decode/verify passes, and prefill chunks:
+// measured faster than torch's kernels at every row count, runtime/bench/kernels.py quant):
+//   int8_linear  y [N, O] = x [N, K] . (q * scale)^T        q int8 per output row (one fp32 scale)
+//   int4_linear  y [N, O] = x [N, K] . ((q - 8) * s + z)^T   q 0..15, bf16 s and z per 32 columns
+// x [..., K] is bf16 or fp32 and y [..., O] has x's dtype; an optional bias [O] is added in fp32
+// before rounding.
+//
+// Why: a 1-row pass is bound by reading the weights (1 or 0.56 bytes per weight here), and torch's
+// CPU kernels (_weight_int8pack_mm, _weight_int4pack_mm_for_cpu) read them at 26 and 18 GB/s on
+// this 2-core EPYC (34 GB/s to memory). At N = 8 rows the work is 16 int MACs per weight byte
+// (int8), so the products must run on the CPU's int8 dot-product instruction, not on widening +
+// FMA: vpdpbusd (avx512_vnni) multiplies 64 u8 by 64 s8 and adds groups of 4 into 16 int32 lanes.
+//
+// Activations: each x row is quantized on the fly, per group of 32 columns, to int8 with its own
+// scale (sx = max|x| / 127, x ~ sx * xq, round to nearest even), as llama.cpp's Q8_0 does. That
+// is the only approximation beyond the weights' own quantization: |x - sx*xq| <= sx/2 per entry.
+// The lower levels only propose tokens (the acceptance rule keeps the output exact), so this
+// costs a little acceptance at most; tests/test_quant_kernels.py bounds it.
+//
+// Packed weight layout (built by runtime/quant.py; one uint8 tensor per matrix, one stream per
+// thread): blocks of 16 output rows (the 16 int32 lanes of a zmm), each a run of K/32 groups:
+//   int8: group = 8 quads x 16 rows x 4 columns of u8 (q + 128)                       512 bytes
+//   int4: group = 4 chunks x 16 rows x 4 columns of nibbles (quad c low, quad c+4 high) 256 bytes
+//         + bf16 s[16] + bf16 z[16] of the block's 16 rows                              +64 bytes
+// so one aligned 64-byte load gives the 16 rows x 4 columns one vpdpbusd needs, against the x
+// row's 4 int8 columns broadcast to every lane. K is padded to a multiple of 32 and O to a
+// multiple of 16 (zero weights, zero activations: nothing added).
+// Integer sums are exact: the weights' offset (int8 stored q + 128; int4 q - 8, centred so that
+// the activation rounding meets weights of either sign) is subtracted exactly (the lane starts
+// at -offset * sum(xq) of the group); int4's zero term z * sum(x) uses the fp32 sum of the group.
+//
+// Row-invariant: y[n, o] is computed by the same sequence of operations whatever N, the tiling
+// and the thread count (each row is quantized alone; its accumulator sums the groups in order),
+// so a T-token verify pass gives bitwise the rows of T 1-token passes.
+// Work: at::parallel_for over blocks of 16 output rows (each thread streams its own slab of the
+// packed weights once); inside a block the x rows go by in tiles of up to NR = 8, the block's
+// packed groups (<= 24 KB for K <= 1536 int8) stay in L1/L2 across tiles.
+//
+// Cost: bytes = packed weights (O*K int8 or 0.625*O*K int4) + small x/y; int MACs = N*O*K.
+// Pure-torch twin: runtime/quant.py (_QuantLinear.reference, quantize_rows_reference); the portable
+// build (or a CPU without avx512_vnni/avx512_bf16) has has_avx512_vnni() false and quant.py keeps
+// torch's layouts and kernels.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512BF16__)
+#define TF_AVX512 1
+#include <immintrin.h>
+#else
+#define TF_AVX512 0
+#endif
+
+namespace {
+
+constexpr int GROUP = 32;          // columns per activation (and int4 weight) group
+constexpr int BLOCK = 16;          // output rows per block: the int32 lanes of a zmm
+constexpr int NR = 8;              // x rows per tile
+constexpr int INT8_GROUP_BYTES = GROUP * BLOCK;                   // 512
+constexpr int INT4_GROUP_BYTES = GROUP * BLOCK / 2 + 2 * BLOCK * 2;  // 256 nibbles + s, m bf16: 320
+
+bool has_avx512_vnni() { return TF_AVX512 != 0; }
+
+#if TF_AVX512
+// x rows quantized per group: xq [N, G*32] int8 (zero past K), and per row and group the scale sx,
+// xqsum = sum(xq) (for the weights' offset) and xsum = sum(x) in fp32 (int4's zero term).
+struct QuantRows {
+  std::vector<int8_t> xq;
+  std::vector<float> sx, xsum;
+  std::vector<int32_t> xqsum;
+  int64_t G = 0;
+};
+
+template <typename T> inline __m512 load16(const T* p, __mmask16 m);
+template <> inline __m512 load16<float>(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+template <> inline __m512 load16<at::BFloat16>(const at::BFloat16* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <typename T>
+void quantize_rows(const T* x, int64_t ldx, int64_t N, int64_t K, QuantRows& q) {
+  const int64_t G = (K + GROUP - 1) / GROUP;
+  q.G = G;
+  q.xq.assign(N * G * GROUP, 0);
+  q.sx.resize(N * G); q.xsum.resize(N * G); q.xqsum.resize(N * G);
+  const __m512 sign = _mm512_set1_ps(-0.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t k = g * GROUP, left = std::min<int64_t>(GROUP, K - k);
+      const __mmask16 m0 = (__mmask16)((1u << std::min<int64_t>(16, left)) - 1);
+      const __mmask16 m1 = left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+      const __m512 a = load16(x + n * ldx + k, m0), b = load16(x + n * ldx + k + 16, m1);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, a), _mm512_andnot_ps(sign, b)));
+      const float d = amax / 127.f, id = amax > 0.f ? 127.f / amax : 0.f;
+      const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id)));  // round to nearest even
+      const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+      int8_t* dst = q.xq.data() + (n * G + g) * GROUP;
+      _mm_storeu_si128((__m128i*)dst, _mm512_cvtsepi32_epi8(qa));
+      _mm_storeu_si128((__m128i*)(dst + 16), _mm512_cvtsepi32_epi8(qb));
+      q.sx[n * G + g] = d;
+      q.xsum[n * G + g] = _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+      q.xqsum[n * G + g] = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+    }
+}
+
+inline __m512i bcast4(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm512_set1_epi32(v); }
+inline __m512 bf16x16(const uint8_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+
+// acc[n] (16 output rows of the block) = sum over groups of the block's weights . x row n0 + n.
+// Loop order: per group, each 64-byte weight vector is loaded (and for int4 unpacked) once and
+// multiplied into the nr rows' int32 sums at once, so the live registers are nr sums, nr
+// accumulators and two weight vectors (2 * NR + 4 <= 20 of 32 zmm: nothing spills).
+template <int nr, bool kInt4>
+inline void tile(const uint8_t* wb, const QuantRows& q, int64_t n0, __m512 acc[NR]) {
+  const int64_t G = q.G;
+  for (int n = 0; n < nr; ++n) acc[n] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const int8_t* xq = q.xq.data() + n0 * G * GROUP;    // row n, group g at xq + (n * G + g) * GROUP
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t row0 = n0 * G + g;                   // (row, group) index of row n0, + n * G for row n0 + n
+    __m512i dot[nr];
+    for (int n = 0; n < nr; ++n)
+      dot[n] = _mm512_set1_epi32(-(kInt4 ? 8 : 128) * q.xqsum[row0 + n * G]);   // the stored offset, exactly
+    const int8_t* xg = xq + g * GROUP;
+    if constexpr (kInt4) {
+      const uint8_t* p = wb + g * INT4_GROUP_BYTES;
+      for (int c = 0; c < 4; ++c) {   // chunk c: quad c in the low nibbles, quad c + 4 in the high
+        const __m512i v = _mm512_load_si512((const void*)(p + 64 * c));
+        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        for (int n = 0; n < nr; ++n) {
+          dot[n] = _mm512_dpbusd_epi32(dot[n], lo, bcast4(xg + n * G * GROUP + 4 * c));
+          dot[n] = _mm512_dpbusd_epi32(dot[n], hi, bcast4(xg + n * G * GROUP + 4 * (c + 4)));
+        }
+      }
+      const __m512 s = bf16x16(p + 256), z = bf16x16(p + 288);
+      for (int n = 0; n < nr; ++n) {
+        const int64_t row = row0 + n * G;
+        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[n]), _mm512_mul_ps(s, _mm512_set1_ps(q.sx[row])), acc[n]);
+        acc[n] = _mm512_fmadd_ps(z, _mm512_set1_ps(q.xsum[row]), acc[n]);
+      }
+    } else {
+      const uint8_t* p = wb + g * INT8_GROUP_BYTES;
+      for (int t = 0; t < 8; ++t) {
+        const __m512i w = _mm512_load_si512((const void*)(p + 64 * t));
+        for (int n = 0; n < nr; ++n) dot[n] = _mm512_dpbusd_epi32(dot[n], w, bcast4(xg + n * G * GROUP + 4 * t));
+      }
+      for (int n = 0; n < nr; ++n)
+        acc[n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[n]), _mm512_set1_ps(q.sx[row0 + n * G]), acc[n]);
+    }
+  }
+}
+
+template <bool kInt4>
+inline void tile_any(int nr, const uint8_t* wb, const QuantRows& q, int64_t n0, __m512 acc[NR]) {
+  switch (nr) {
+    case 8: tile<8, kInt4>(wb, q, n0, acc); break;
+    case 7: tile<7, kInt4>(wb, q, n0, acc); break;
+    case 6: tile<6, kInt4>(wb, q, n0, acc); break;
+    case 5: tile<5, kInt4>(wb, q, n0, acc); break;
+    case 4: tile<4, kInt4>(wb, q, n0, acc); break;
+    case 3: tile<3, kInt4>(wb, q, n0, acc); break;
+    case 2: tile<2, kInt4>(wb, q, n0, acc); break;
+    default: tile<1, kInt4>(wb, q, n0, acc); break;
+  }
+}
+
+template <typename T> inline void store16(T* p, __m512 v, __mmask16 m);
+template <> inline void store16<float>(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+template <> inline void store16<at::BFloat16>(at::BFloat16* p, __m512 v, __mmask16 m) {
+  _mm256_mask_storeu_epi16(p, m, (__m256i)_mm512_cvtneps_pbh(v));  // round to nearest even
+}
+
+template <bool kInt4, typename T>
+void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, const float* scales,
+         const float* bias, T* yp, int64_t O) {
+  thread_local QuantRows q;       // the caller's thread quantizes x once; workers only read it
+  quantize_rows(xp, ldx, N, K, q);
+  const int64_t blocks = (O + BLOCK - 1) / BLOCK;
+  const int64_t block_bytes = q.G * (kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES);
+  const QuantRows& qr = q;
+  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+    __m512 acc[NR];
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t o0 = blk * BLOCK, rows = std::min<int64_t>(BLOCK, O - o0);
+      const __mmask16 mask = (__mmask16)((1u << rows) - 1);
+      const uint8_t* wb = wp + blk * block_bytes;
+      const __m512 scale = kInt4 ? _mm512_set1_ps(1.f) : _mm512_maskz_loadu_ps(mask, scales + o0);
+      const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + o0) : _mm512_setzero_ps();
+      for (int64_t n0 = 0; n0 < N; n0 += NR) {
+        const int nr = (int)std::min<int64_t>(NR, N - n0);
+        tile_any<kInt4>(nr, wb, qr, n0, acc);
+        for (int n = 0; n < nr; ++n)
+          store16(yp + (n0 + n) * O + o0, kInt4 ? _mm512_add_ps(acc[n], b) : _mm512_fmadd_ps(acc[n], scale, b), mask);
+      }
+    }
+  });
+}
+#endif
+
+// x [..., K] -> y [..., O]: the module's whole forward in one call (a few us of Python per call
+// add up over the ~120 linears of a pass).
+torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packed, const torch::Tensor* scales,
+                           const c10::optional<torch::Tensor>& bias, int64_t O, bool int4) {
+  const char* op = int4 ? "int4_linear" : "int8_linear";
+  TORCH_CHECK(has_avx512_vnni(), op, ": built without avx512_vnni/avx512_bf16 (callers check has_avx512_vnni())");
+  TORCH_CHECK(x_in.dim() >= 1, op, ": x [..., K] expected, got a scalar");
+  TORCH_CHECK(x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat, op,
+              ": x must be bf16 or fp32, got ", x_in.scalar_type());
+  auto out_sizes = x_in.sizes().vec();
+  out_sizes.back() = O;
+  torch::Tensor x = x_in.reshape({-1, x_in.size(-1)});   // [N, K], a view when it can be
+  if (x.stride(1) != 1) x = x.contiguous();
+  const int64_t N = x.size(0), K = x.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
+  const int64_t group_bytes = int4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES;
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 3 &&
+              packed.size(0) == blocks && packed.size(1) == G && packed.size(2) == group_bytes,
+              op, ": packed weights [", blocks, ", ", G, ", ", group_bytes, "] uint8 expected for O = ", O, ", K = ", K,
+              ", got ", packed.sizes(), " ", packed.scalar_type());
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(packed.data_ptr()) % 64 == 0, op, ": packed weights must be 64-byte aligned");
+  if (scales) TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() >= O,
+                          op, ": scales [>= ", O, "] fp32 expected, got ", scales->sizes(), " ", scales->scalar_type());
+  torch::Tensor b32;
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->numel() == O, op, ": bias [", O, "] expected, got ", bias->sizes());
+    b32 = bias->to(at::kFloat).contiguous();
+  }
+  auto y = torch::empty(out_sizes, x.options());       // [..., O], written as [N, O]
+  if (N == 0 || O == 0) return y;
+#if TF_AVX512
+  const auto* wp = packed.data_ptr<uint8_t>();
+  const float* sp = scales ? scales->data_ptr<float>() : nullptr;
+  const float* bp = b32.defined() ? b32.data_ptr<float>() : nullptr;
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "quant_linear", [&] {
+    if constexpr (std::is_same_v<scalar_t, float> || std::is_same_v<scalar_t, at::BFloat16>) {
+      if (int4) run<true>(x.data_ptr<scalar_t>(), x.stride(0), N, K, wp, sp, bp, y.data_ptr<scalar_t>(), O);
+      else run<false>(x.data_ptr<scalar_t>(), x.stride(0), N, K, wp, sp, bp, y.data_ptr<scalar_t>(), O);
+    }
+  });
+#endif
+  return y;
+}
+
+// y [..., O] = x [..., K] . (q * scales)^T (+ bias); packed [O/16, K/32, 512] uint8 (q + 128), scales [O] fp32
+torch::Tensor int8_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scales,
+                          c10::optional<torch::Tensor> bias, int64_t out_features) {
+  return quant_linear(x, packed, &scales, bias, out_features, false);
+}
+
+// y [..., O] = x [..., K] . ((q - 8) * s + z)^T (+ bias); packed [O/16, K/32, 320] uint8 (nibbles, s, z)
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias,
+                          int64_t out_features) {
+  return quant_linear(x, packed, nullptr, bias, out_features, true);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("int8_linear", &int8_linear, "x [...,K] . (q*scale)^T (+ bias) -> [...,O], packed int8 weights",
+        py::arg("x"), py::arg("packed"), py::arg("scales"), py::arg("bias"), py::arg("out_features"));
+  m.def("int4_linear", &int4_linear, "x [...,K] . ((q-8)*s+z)^T (+ bias) -> [...,O], packed int4 weights",
+        py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
+  m.def("has_avx512_vnni", &has_avx512_vnni, "whether the avx512_vnni kernels were compiled in");
+  m.def("has_avx512_bf16", &has_avx512_vnni, "same as has_avx512_vnni (the kernels need both; native build's report)");
+}
