@@ -50,12 +50,12 @@ fi
 # (-march=native, else portable). A failed build prints one line and runs use the torch path.
 native_stamp=build/native/.built
 if [[ -n "$(find runtime/csrc -newer "$native_stamp" 2>/dev/null)" || ! -e $native_stamp ]]; then
-  "$PY" -m runtime.native build >/dev/null || echo "run.sh: native kernels not built; runs use torch" >&2
+  "$PY" -m triforce.runtime.native build >/dev/null || echo "run.sh: native kernels not built; runs use torch" >&2
   mkdir -p build/native && touch "$native_stamp"
 fi
 
 # Prepare the default model and the KJV text (returns at once when cached); errors are one line.
-"$PY" -m runtime.assets >/dev/null
+"$PY" -m triforce.runtime.assets >/dev/null
 
 case "$command" in
   demo)

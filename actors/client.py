@@ -13,10 +13,10 @@ import atexit
 import os
 from pathlib import Path
 
-from runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from runtime.engine import Engine, Result, load_tokenizer, resolve_model_dir
-from runtime.errors import UserError
-from runtime.parallel import check_tp, stage_layers
+from triforce.runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from triforce.runtime.engine import Engine, Result, load_tokenizer, resolve_model_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.parallel import check_tp, stage_layers
 
 ROOT = Path(__file__).resolve().parents[1]   # the checkout holding runtime/ and actors/
 
@@ -98,7 +98,7 @@ class RayClient(Engine):
 
     def __init__(self, run: RunConfig):
         import ray
-        from actors.coordinator import Coordinator
+        from triforce.actors.coordinator import Coordinator
         self.model_dir = resolve_model_dir(run.model)
         self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
         self.tokenizer = load_tokenizer(self.model_dir)

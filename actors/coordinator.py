@@ -19,15 +19,15 @@ from typing import Callable
 
 import torch
 
-from actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFailure, ShardGroup
-from runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
-from runtime.errors import UserError
-from runtime.model import TORCH_DTYPES
-from runtime.modes import LevelSpec, make_cache, mode_levels
-from runtime.placement import Placement
-from runtime.probes import resolve_device
-from runtime.speculate import Level, SpecDecoder
+from triforce.actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFailure, ShardGroup
+from triforce.runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from triforce.runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import TORCH_DTYPES
+from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
+from triforce.runtime.placement import Placement
+from triforce.runtime.probes import resolve_device
+from triforce.runtime.speculate import Level, SpecDecoder
 
 
 class ShardsLost(UserError):

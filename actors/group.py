@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import msgpack
 import torch
 
-from actors.placement import create_placement_group, shard_gpus
-from runtime.placement import Placement
+from triforce.actors.placement import create_placement_group, shard_gpus
+from triforce.runtime.placement import Placement
 
 
 class ShardFailure(RuntimeError):
@@ -61,7 +61,7 @@ class ShardGroup:
         manifest of the weights in its node's host tier (read from disk once per node)."""
         import ray
         from ray.util.placement_group import placement_group_table
-        from actors.memory import memory_actor
+        from triforce.actors.memory import memory_actor
         nodes = placement_group_table(self.pg)["bundles_to_node_id"]     # bundle index -> node id
         memory = {node: memory_actor(node) for node in set(nodes.values())}
         manifests = dict(zip(memory, self.wait([a.publish_checkpoint.remote(self.spec.model_dir, self.spec.dtype)
@@ -75,7 +75,7 @@ class ShardGroup:
     def start(self) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        from actors.shard import ShardActor
+        from triforce.actors.shard import ShardActor
         p, spec = self.spec.placement, self.spec
         actor = ray.remote(ShardActor)
         self.stages = [[actor.options(

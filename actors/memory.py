@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from offload.tier import HostTier, owned_prefix, remove_dead_segments
-from runtime.config import ModelConfig
-from runtime.model import TORCH_DTYPES, Transformer, checkpoint_files
+from triforce.offload.tier import HostTier, owned_prefix, remove_dead_segments
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.model import TORCH_DTYPES, Transformer, checkpoint_files
 
 ALIGN = 64   # bytes: every tensor starts on a cache line
 

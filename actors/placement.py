@@ -7,8 +7,8 @@ CPU-only clusters get bundles without GPUs (num_gpus=0 actors).
 """
 from __future__ import annotations
 
-from runtime.errors import UserError
-from runtime.placement import Placement
+from triforce.runtime.errors import UserError
+from triforce.runtime.placement import Placement
 
 
 def shard_gpus(placement: Placement) -> int:

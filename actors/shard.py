@@ -25,12 +25,12 @@ from pathlib import Path
 import msgpack
 import torch
 
-from runtime.config import ModelConfig, with_rope_scaling
-from runtime.model import TORCH_DTYPES, load_model
-from runtime.modes import CacheSpec, make_cache
-from runtime.parallel import apply_pp, apply_tp, check_tp, shard_config, stage_layers
-from runtime.probes import resolve_device
-from runtime.rope import Rope
+from triforce.runtime.config import ModelConfig, with_rope_scaling
+from triforce.runtime.model import TORCH_DTYPES, load_model
+from triforce.runtime.modes import CacheSpec, make_cache
+from triforce.runtime.parallel import apply_pp, apply_tp, check_tp, shard_config, stage_layers
+from triforce.runtime.probes import resolve_device
+from triforce.runtime.rope import Rope
 
 
 class ShardState:
@@ -49,7 +49,7 @@ class ShardState:
         if weights is None:    # from the checkpoint files
             model, self.arena = load_model(Path(model_dir), dtype, self.device, cfg), None
         else:                  # from the node's host tier (actors/memory.py); keep the mapping alive
-            from actors.memory import model_from_manifest
+            from triforce.actors.memory import model_from_manifest
             model, self.arena = model_from_manifest(weights, cfg, self.device)
         self.model = apply_pp(model, *self.layers)
         self.caches: dict[str, object] = {}
@@ -91,8 +91,8 @@ class ShardState:
     def offloaded_cache(self, rope: Rope, capacity: int, on_chip: int):
         """The full cache with this stage's layers beyond on_chip in the node's host tier (the same
         offload/ code as the in-process path); this shard issues the copies to its own device."""
-        from offload.kv import OffloadedFullCache
-        from offload.tier import Copier, HostTier
+        from triforce.offload.kv import OffloadedFullCache
+        from triforce.offload.tier import Copier, HostTier
         if getattr(self, "tier", None) is None:
             self.tier, self.copier, self.requests = HostTier(self.device), Copier(self.device), 0
         self.requests += 1

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-from offload.tier import Copier, HostTier
-from runtime.cache_full import FullCache
-from runtime.config import ModelConfig
-from runtime.rope import Rope
+from triforce.offload.tier import Copier, HostTier
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.rope import Rope
 
 
 @dataclass

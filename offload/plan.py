@@ -29,12 +29,12 @@ from pathlib import Path
 
 import torch
 
-from runtime.gamma import expected_tokens
-from runtime.config import ModelConfig, RunConfig, read_config_json, model_config_from_dict
-from runtime.drafter import default_drafter_dir
-from runtime.errors import UserError
-from runtime.placement import Placement
-from runtime.probes import GB, PCIE_GBS_PER_LANE, cpu_read_bandwidth, h2d_bandwidth, host_memory, nvml_gpus
+from triforce.runtime.gamma import expected_tokens
+from triforce.runtime.config import ModelConfig, RunConfig, read_config_json, model_config_from_dict
+from triforce.runtime.drafter import default_drafter_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.placement import Placement
+from triforce.runtime.probes import GB, PCIE_GBS_PER_LANE, cpu_read_bandwidth, h2d_bandwidth, host_memory, nvml_gpus
 
 GIB = 2**30
 LINK_EFFICIENCY = 0.8       # achievable share of the PCIe line rate when not measured (DMA from page-locked memory)
@@ -291,7 +291,7 @@ def _config(path: str | None, default) -> ModelConfig:
 
 
 def _default_target() -> ModelConfig:
-    from runtime.assets import default_model_dir
+    from triforce.runtime.assets import default_model_dir
     return ModelConfig.from_dir(default_model_dir())
 
 

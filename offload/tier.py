@@ -30,7 +30,7 @@ from multiprocessing import resource_tracker, shared_memory
 
 import torch
 
-from runtime.errors import UserError
+from triforce.runtime.errors import UserError
 
 LANES = ("load_weight", "load_cache", "store_cache")
 SEGMENT_PREFIX = "triforce-pid"   # every arena is /dev/shm/triforce-pid<owner pid>-...: its owner can be told dead

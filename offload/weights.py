@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from offload.tier import Copier, HostTier
-from runtime.model import Transformer
+from triforce.offload.tier import Copier, HostTier
+from triforce.runtime.model import Transformer
 
 
 class WeightStreamer:

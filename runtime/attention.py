@@ -14,7 +14,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from runtime import native
+from triforce.runtime import native
 
 
 @functools.cache

@@ -3,13 +3,13 @@ on Ray (actors/client.py) with the same encode / check_length / generate. An app
 module (rule 11): it is the only runtime/ code that knows both backends."""
 from __future__ import annotations
 
-from runtime.config import RunConfig
-from runtime.engine import Engine
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
 
 
 def open_engine(run: RunConfig, keep_prefill: bool = False, context: int | None = None):
     """context: prompt + new tokens an `offload: auto` placement is planned for (runtime.engine.Engine)."""
     if run.backend == "ray":
-        from actors.client import RayClient   # lazy: imports ray only for the Ray backend
+        from triforce.actors.client import RayClient   # lazy: imports ray only for the Ray backend
         return RayClient(run)
     return Engine(run, keep_prefill=keep_prefill, context=context)

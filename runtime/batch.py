@@ -26,15 +26,15 @@ import sys
 import time
 from pathlib import Path
 
-from runtime.flags import RUN_FLAGS as SHARED_RUN_FLAGS
+from triforce.runtime.flags import RUN_FLAGS as SHARED_RUN_FLAGS
 # read_jobs ... schedule are also imported from here by tests and callers: this is the command's module
-from runtime.batch_input import (MAX_MESSAGE_BYTES, check_defaults, error_record, pack, read_input,  # noqa: F401
+from triforce.runtime.batch_input import (MAX_MESSAGE_BYTES, check_defaults, error_record, pack, read_input,  # noqa: F401
                                  read_jobs, unpack)
-from runtime.batch_output import OutputFile, manifest_for
-from runtime.batch_replicas import Limits, LocalPool, RayPool, Replica, schedule  # noqa: F401
-from runtime.config import RunConfig, load_run_config
-from runtime.errors import UserError
-from runtime.io_utils import ProgressLine, clock
+from triforce.runtime.batch_output import OutputFile, manifest_for
+from triforce.runtime.batch_replicas import Limits, LocalPool, RayPool, Replica, schedule  # noqa: F401
+from triforce.runtime.config import RunConfig, load_run_config
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import ProgressLine, clock
 
 # ------------------------------------------------------------------------------------ progress
 def acceptance_of(record: dict) -> float | None:
@@ -105,7 +105,7 @@ def write_report(report_dir: Path, summary: dict) -> list[Path]:
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     written = [report_dir / "summary.json"]
-    from runtime.bench import plots
+    from triforce.runtime.bench import plots
     rows = summary["per_record"]
     for key, label, name in (("decode_tokens_per_s", "decode tokens/s", "tokens_per_s.png"),
                              ("acceptance", "target acceptance", "acceptance.png")):
@@ -143,7 +143,7 @@ NOT_RESULT_SETTINGS = ("batch_size", "backend", "tp", "pp", "ray_address", "ray_
 
 
 def add_batch_parser(sub) -> None:
-    from runtime.run_args import add_run_args
+    from triforce.runtime.run_args import add_run_args
     p = sub.add_parser("batch", help="run a JSONL file of requests: durable, resumable, with replicas")
     p.add_argument("--input", required=True, help='JSONL: one {"id", "prompt" | "prompt_file" | "messages", ...} per line')
     p.add_argument("--output", required=True, help="JSONL of results, appended as records finish")
@@ -184,9 +184,9 @@ def result_settings(defaults: RunConfig, model_dir: Path) -> dict:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from offload.tier import remove_dead_segments
-    from runtime.config import ModelConfig
-    from runtime.engine import resolve_model_dir
+    from triforce.offload.tier import remove_dead_segments
+    from triforce.runtime.config import ModelConfig
+    from triforce.runtime.engine import resolve_model_dir
     remove_dead_segments()   # host-tier arenas of killed runs
     if args.replicas < 1:
         raise UserError(f"--replicas {args.replicas} must be at least 1")
@@ -246,7 +246,7 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path, limits:
     try:
         files = write_report(report_dir, summary)
     except OSError as e:   # the records are safe in the output; only the report is missing
-        from runtime.durable import not_writable
+        from triforce.runtime.durable import not_writable
         raise not_writable(report_dir, e) from None
     print(f"[triforce] {summary_table(summary)}".replace("\n", "\n[triforce] "), file=sys.stderr)
     print(f"[triforce] output {str(output_path)!r}; report {', '.join(str(f) for f in files)}", file=sys.stderr,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgpack
 
-from runtime.config import RunConfig
-from runtime.errors import UserError
+from triforce.runtime.config import RunConfig
+from triforce.runtime.errors import UserError
 
 MAX_MESSAGE_BYTES = 64 << 20   # largest job or result message between the driver and a replica
 MAX_LINE_BYTES = MAX_MESSAGE_BYTES // 2   # largest input line (room left for the job's envelope)

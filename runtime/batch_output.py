@@ -18,8 +18,8 @@ import socket
 import time
 from pathlib import Path
 
-from runtime.errors import UserError
-from runtime.io_utils import atomic_write
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import atomic_write
 
 MANIFEST_VERSION = 1
 

@@ -17,9 +17,9 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass
 
-from runtime.batch_input import MAX_MESSAGE_BYTES, check_params, error_record, pack, unpack
-from runtime.config import RunConfig, load_run_config
-from runtime.errors import UserError
+from triforce.runtime.batch_input import MAX_MESSAGE_BYTES, check_params, error_record, pack, unpack
+from triforce.runtime.config import RunConfig, load_run_config
+from triforce.runtime.errors import UserError
 
 MAX_ATTEMPTS = 2               # replica deaths a job run alone may cause before it is recorded as an error
 STICKY_DEVICE_ERRORS = ("CUDA error", "device-side assert", "CUBLAS_STATUS", "cuDNN error", "NCCL error")
@@ -54,7 +54,7 @@ class Replica:
     (named by type and message); only a sticky device error escapes (ReplicaBroken)."""
 
     def __init__(self, defaults: dict):
-        from runtime.engine import Engine
+        from triforce.runtime.engine import Engine
         self.defaults = load_run_config(None, **defaults)
         self.engine = Engine(self.defaults)
         vocab = self.engine.tokenizer.get_vocab() if hasattr(self.engine.tokenizer, "get_vocab") else {}
@@ -97,7 +97,7 @@ class Replica:
                 return [e]
         if not ready:
             return []
-        from runtime.batched import generate_batch
+        from triforce.runtime.batched import generate_batch
         try:
             return generate_batch(self.engine, [ids for _, _, ids in ready], [run for _, run, _ in ready]).results
         except Exception as e:   # noqa: BLE001 -- the batch as a whole failed: each job is retried alone
@@ -128,7 +128,7 @@ class Replica:
 
     def prepare(self, job: dict) -> tuple[RunConfig, list[int]]:
         """The job's RunConfig and prompt token ids (UserError: unreadable file, too long, ...)."""
-        from runtime.run_args import prompt_text
+        from triforce.runtime.run_args import prompt_text
         run = check_params(job["params"], self.defaults)
         if "messages" in job:
             tok = self.engine.tokenizer
@@ -289,7 +289,7 @@ class RayPool:
     actor is asked ready() first, so that a load failure is told apart from a record's."""
 
     def __init__(self, n: int, defaults: dict, threads: int):
-        from actors.client import connect_ray
+        from triforce.actors.client import connect_ray
         import ray
         self.ray = ray
         connect_ray(num_cpus=os.cpu_count() or 1)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from runtime.cache_packed import PackedCache
+from triforce.runtime.cache_packed import PackedCache
 
 
 @dataclass(eq=False)
@@ -135,7 +135,7 @@ class BatchOutcome:
 def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome:
     """Engine.generate for several sequences at once (each with its own RunConfig): same tokens
     as one at a time, with the model passes packed across sequences."""
-    from runtime.engine import DRAFTER_MODES
+    from triforce.runtime.engine import DRAFTER_MODES
     for run in runs:   # load the drafter and build lower-level copies here, not inside a sequence thread
         if run.mode in DRAFTER_MODES and engine.drafter is None:
             engine.drafter = engine.load_drafter(run)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from runtime.config import ModelConfig
-from runtime.rope import Rope
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.rope import Rope
 
 
 class FullCache:

@@ -14,7 +14,7 @@ from itertools import accumulate
 
 import torch
 
-from runtime.attention import attend
+from triforce.runtime.attention import attend
 
 
 class PackedCache:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.config import ModelConfig
-from runtime.rope import Rope
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.rope import Rope
 
 
 def chunk_scores(keys: torch.Tensor, query: torch.Tensor, chunk: int) -> torch.Tensor:

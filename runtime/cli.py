@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from runtime.errors import UserError
-from runtime.run_args import add_run_args, prompt_text, run_config_from_args  # noqa: F401 -- public
-from runtime.io_utils import ProgressLine
+from triforce.runtime.errors import UserError
+from triforce.runtime.run_args import add_run_args, prompt_text, run_config_from_args  # noqa: F401 -- public
+from triforce.runtime.io_utils import ProgressLine
 
 
 def _add_generate_args(p: argparse.ArgumentParser) -> None:
@@ -74,14 +74,14 @@ def planned_context(run, text: str) -> int | None:
     loads (None without `auto`: nothing to plan)."""
     if run.offload != "auto":
         return None
-    from runtime.engine import encode, load_tokenizer, resolve_model_dir
+    from triforce.runtime.engine import encode, load_tokenizer, resolve_model_dir
     model_dir = resolve_model_dir(run.model)
     return len(encode(load_tokenizer(model_dir), model_dir, text, run.chat)) + run.max_new_tokens
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from offload.tier import remove_dead_segments
-    from runtime.backends import open_engine
+    from triforce.offload.tier import remove_dead_segments
+    from triforce.runtime.backends import open_engine
     remove_dead_segments()   # host-tier arenas of killed runs
     run = run_config_from_args(args)
     text = prompt_text(run)
@@ -115,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="generate text from a prompt")
     _add_generate_args(gen)
     gen.set_defaults(func=cmd_generate)
-    from runtime.bench import add_bench_parser
-    from runtime.distill.command import add_distill_parser
+    from triforce.runtime.bench import add_bench_parser
+    from triforce.runtime.distill.command import add_distill_parser
     add_distill_parser(sub)
     add_bench_parser(sub)
-    from offload.plan import add_plan_parser
+    from triforce.offload.plan import add_plan_parser
     add_plan_parser(sub)
-    from runtime.batch import add_batch_parser
+    from triforce.runtime.batch import add_batch_parser
     add_batch_parser(sub)
     args = parser.parse_args(argv)
     try:

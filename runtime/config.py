@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from runtime.errors import UserError
+from triforce.runtime.errors import UserError
 
 # Architectures our model code implements exactly; anything else is refused by name.
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -296,7 +296,7 @@ class RunConfig:
 
     @property
     def sampling(self):
-        from runtime.sampling import SamplingParams
+        from triforce.runtime.sampling import SamplingParams
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
 
 

@@ -17,10 +17,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from runtime.config import ModelConfig
-from runtime.errors import UserError
-from runtime.io_utils import building, recover_dir
-from runtime.model import checkpoint_files
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import building, recover_dir
+from triforce.runtime.model import checkpoint_files
 
 # Files copied from the target so a drafter directory is a complete Hugging Face checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
@@ -107,7 +107,7 @@ def default_drafter_dir() -> Path:
     cache_dir()/models/smollm2-135m-instruct-drafter from drafters/smollm2-135m-instruct/ (its own
     layers, bf16) + the target's embeddings; atomic, idempotent, re-assembled when the repo's
     drafter changes."""
-    from runtime.assets import _locked, cache_dir, default_model_dir  # at call time: tests replace them
+    from triforce.runtime.assets import _locked, cache_dir, default_model_dir  # at call time: tests replace them
     compact = DRAFTERS_DIR / DEFAULT_BASE
     if not (compact / "drafter.json").is_file():
         raise UserError(f"the default drafter is missing from {compact}; reinstall from a full checkout, or "

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from runtime.errors import UserError
+from triforce.runtime.errors import UserError
 
 READY = "READY.json"   # the manifest a prepared directory ends with
 

@@ -12,22 +12,22 @@ from typing import Callable
 
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from runtime.decode import decode, timed
-from runtime.drafter import default_drafter_dir
-from runtime.errors import UserError
-from runtime.gamma import GammaTuner, auto_caps, chain
-from runtime.model import Transformer, fuse_projections, load_model
-from runtime.modes import LevelSpec, make_cache, mode_levels
-from runtime.placement import Placement
-from runtime.probes import resolve_device
-from runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import ModelConfig, RunConfig, with_rope_scaling
+from triforce.runtime.decode import decode, timed
+from triforce.runtime.drafter import default_drafter_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.gamma import GammaTuner, auto_caps, chain
+from triforce.runtime.model import Transformer, fuse_projections, load_model
+from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
+from triforce.runtime.placement import Placement
+from triforce.runtime.probes import resolve_device
+from triforce.runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
 
 
 def resolve_model_dir(model: str | None) -> Path:
     if model is None:
-        from runtime.assets import default_model_dir
+        from triforce.runtime.assets import default_model_dir
         return default_model_dir()
     return Path(model).expanduser().resolve()
 
@@ -82,11 +82,11 @@ class Engine:
         self.device = resolve_device(run.device)
         self.tokenizer = load_tokenizer(self.model_dir)
         self.dtype = run.dtype
-        from offload.plan import placement_for_run
+        from triforce.offload.plan import placement_for_run
         self.placement = placement_for_run(self.cfg, run, self.device, context or self.cfg.max_context)
         if self.placement.weights_streamed:
             self.model = fuse_projections(load_model(self.model_dir, run.dtype, "cpu", self.cfg))  # need not fit the device
-            from offload.weights import offload_weights
+            from triforce.offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
         else:
             self.model = fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg))
@@ -97,7 +97,7 @@ class Engine:
     def tiers(self):
         """The host tier and the copier, created on first use (only offloading needs them)."""
         if self.tier is None:
-            from offload.tier import Copier, HostTier
+            from triforce.offload.tier import Copier, HostTier
             self.tier, self.copier = HostTier(self.device), Copier(self.device)
         return self.tier, self.copier
 
@@ -105,7 +105,7 @@ class Engine:
         """The target's full cache: resident, or with layers beyond `on_chip` in the host tier."""
         if on_chip >= self.cfg.num_layers:
             return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
-        from offload.kv import OffloadedFullCache
+        from triforce.offload.kv import OffloadedFullCache
         tier, copier = self.tiers()
         # arenas per request (closed when it ends), named uniquely: batched sequences run at once
         return OffloadedFullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype,
@@ -131,7 +131,7 @@ class Engine:
         """The model a lower level runs on: the target for role "middle", the drafter for "drafter",
         each as a quantized and/or vocabulary-pruned copy when run says so (built once per setting
         and kept). The full target never goes through here: it always runs on its own weights."""
-        from runtime.quant import lower_level_copy
+        from triforce.runtime.quant import lower_level_copy
         if role == "middle":
             source, weights, vocab = self.model, run.middle_weights, 0
         else:
@@ -141,7 +141,7 @@ class Engine:
         if key not in built:
             kept = None
             if vocab:
-                from runtime.vocab import corpus_token_counts, kept_token_ids
+                from triforce.runtime.vocab import corpus_token_counts, kept_token_ids
                 counts = corpus_token_counts(self.tokenizer, self.cfg.vocab_size)
                 always = list(self.tokenizer.all_special_ids) + list(self.cfg.eos_token_ids)
                 kept = kept_token_ids(counts, vocab, always)

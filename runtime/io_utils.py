@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from runtime.durable import check_ready, fsync_dir, write_ready
-from runtime.errors import UserError
+from triforce.runtime.durable import check_ready, fsync_dir, write_ready
+from triforce.runtime.errors import UserError
 
 
 def atomic_write(path: Path, write: Callable, mode: int = 0o644) -> None:

@@ -16,13 +16,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from runtime.attention import attend
-from runtime.cache import KVCache
-from runtime.cache_packed import PackedCache
-from runtime.config import ModelConfig
-from runtime.errors import UserError
-from runtime.ops import Linear, rms_norm, silu_mul
-from runtime.rope import Rope
+from triforce.runtime.attention import attend
+from triforce.runtime.cache import KVCache
+from triforce.runtime.cache_packed import PackedCache
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.errors import UserError
+from triforce.runtime.ops import Linear, rms_norm, silu_mul
+from triforce.runtime.rope import Rope
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache
-from runtime.cache_streaming import StreamingCache
-from runtime.config import ModelConfig, RunConfig
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.cache_retrieval import RetrievalCache
+from triforce.runtime.cache_streaming import StreamingCache
+from triforce.runtime.config import ModelConfig, RunConfig
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """Native CPU kernels (runtime/csrc/), compiled once with torch.utils.cpp_extension.
 
-`bash run.sh` builds them during set-up (`python -m runtime.native build`); a run that finds no
+`bash run.sh` builds them during set-up (`python -m triforce.runtime.native build`); a run that finds no
 build compiles on first use (about a minute, once) into build/native/ (gitignored), with
 -march=native first and a portable build (no CPU-specific flags) if that fails. If neither
 builds (no compiler, say), one line goes to stderr and callers use their pure-torch twin.
 TRIFORCE_NATIVE=0 turns the kernels off (the torch path runs, for comparison).
 
-    python -m runtime.native build     build (idempotent) and say which build loaded
-    python -m runtime.native bench [threads] [repeats]     kernel vs SDPA, decode/verify shapes
-    python -m runtime.native prefill [threads] [repeats]   mask-free prefill vs SDPA with a mask
+    python -m triforce.runtime.native build     build (idempotent) and say which build loaded
+    python -m triforce.runtime.native bench [threads] [repeats]     kernel vs SDPA, decode/verify shapes
+    python -m triforce.runtime.native prefill [threads] [repeats]   mask-free prefill vs SDPA with a mask
 """
 from __future__ import annotations
 
@@ -74,4 +74,4 @@ if __name__ == "__main__":
                 print(f"native {source.stem}: {Path(module.__file__).parent.name} build"
                       f"{' (avx512_bf16 kernels)' if module.has_avx512_bf16() else ' (scalar kernels)'}")
     else:
-        sys.exit("usage: python -m runtime.native build (benchmarks: python -m runtime.bench.kernels)")
+        sys.exit("usage: python -m triforce.runtime.native build (benchmarks: python -m triforce.runtime.bench.kernels)")

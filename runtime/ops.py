@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from runtime import native
+from triforce.runtime import native
 
 MAX_ROWS = 16        # rows per call up to which the native linear beats torch's GEMM here (bench: runtime.bench.kernels)
 GLUE_DTYPES = (torch.bfloat16, torch.float32)

@@ -25,9 +25,9 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from runtime.config import ModelConfig
-from runtime.errors import UserError
-from runtime.model import Transformer
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import Transformer
 
 
 def check_tp(cfg: ModelConfig, world: int) -> None:

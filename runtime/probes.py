@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from runtime.errors import UserError
+from triforce.runtime.errors import UserError
 
 GB = 1e9
 PCIE_GBS_PER_LANE = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}  # GB/s per lane after line encoding

@@ -27,10 +27,10 @@ import functools
 import torch
 import torch.nn as nn
 
-from runtime import native
-from runtime.config import WEIGHT_KINDS
-from runtime.errors import UserError
-from runtime.ops import Linear
+from triforce.runtime import native
+from triforce.runtime.config import WEIGHT_KINDS
+from triforce.runtime.errors import UserError
+from triforce.runtime.ops import Linear
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 GROUP, BLOCK = 32, 16                     # native layout: columns per group, output rows per block
@@ -86,7 +86,7 @@ class _QuantLinear(nn.Module):
     Two layouts, chosen once at construction (never both: weight_bytes counts what one pass reads):
     `native` (runtime/csrc/quant_cpu.cpp's packed blocks) on a CPU where that module built with
     avx512_vnni, else torch's (its weight-only kernels, CPU or CUDA). The native kernels run every
-    call, however many rows: measured (python -m runtime.bench.kernels quant) they beat torch's
+    call, however many rows: measured (python -m triforce.runtime.bench.kernels quant) they beat torch's
     kernels 1.4-2x at N = 1..16 and 2-2.4x at N = 64 and 256 (prefill chunks), and a prefill row
     then equals the decode row bitwise. Neither path has a backward (torch's kernels have none)."""
 

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from runtime.config import ModelConfig
-from runtime.ops import rope
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.ops import rope
 
 
 def inverse_frequencies(cfg: ModelConfig, run_length: int) -> tuple[torch.Tensor, float]:

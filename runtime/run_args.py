@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from runtime.config import DTYPES, MODES, WEIGHT_KINDS, RunConfig, load_run_config
-from runtime.errors import UserError
-from runtime.flags import RUN_FLAGS
+from triforce.runtime.config import DTYPES, MODES, WEIGHT_KINDS, RunConfig, load_run_config
+from triforce.runtime.errors import UserError
+from triforce.runtime.flags import RUN_FLAGS
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def prompt_text(run: RunConfig) -> str:
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"cannot read prompt file {str(path)!r} as UTF-8 text: {e}") from None
     elif run.kjv_books:
-        from runtime.assets import kjv_books
+        from triforce.runtime.assets import kjv_books
         text = kjv_books(list(run.kjv_books))
     else:
         raise UserError("no prompt: pass --prompt TEXT or --prompt-file PATH")

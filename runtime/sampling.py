@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.errors import UserError
+from triforce.runtime.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from runtime.accept import accept
-from runtime.cache import KVCache
-from runtime.model import Transformer
-from runtime.quant import weight_bytes
-from runtime.sampling import SamplingParams, probs_from_logits
+from triforce.runtime.accept import accept
+from triforce.runtime.cache import KVCache
+from triforce.runtime.model import Transformer
+from triforce.runtime.quant import weight_bytes
+from triforce.runtime.sampling import SamplingParams, probs_from_logits
 
 
 @dataclass

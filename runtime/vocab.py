@@ -9,12 +9,12 @@ from pathlib import Path
 
 import torch
 
-from runtime.errors import UserError
-from runtime.io_utils import atomic_write
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import atomic_write
 
 
 def _cache_path(tokenizer, corpus: str, text: str) -> Path:
-    from runtime.assets import cache_dir
+    from triforce.runtime.assets import cache_dir
     key = hashlib.sha256(json.dumps(sorted(tokenizer.get_vocab().items())).encode()).hexdigest()[:16]
     text_key = hashlib.sha256(text.encode()).hexdigest()[:16]
     return cache_dir() / "token-counts" / f"{corpus}-{key}-{text_key}.pt"
@@ -26,7 +26,7 @@ def corpus_token_counts(tokenizer, vocab_size: int, corpus: str = "kjv") -> torc
     seconds); later calls read the cache."""
     if corpus != "kjv":
         raise UserError(f"draft vocabulary corpus {corpus!r} is not known; only 'kjv' (the embedded text)")
-    from runtime.assets import kjv_text
+    from triforce.runtime.assets import kjv_text
     text = kjv_text()
     path = _cache_path(tokenizer, corpus, text)
     if path.exists():

@@ -34,7 +34,7 @@ def one_thread():
 @pytest.fixture(scope="session")
 def default_model_dir() -> Path:
     """SmolLM2-135M-Instruct as an fp32 safetensors checkpoint (first run on a machine: ~50 s)."""
-    from runtime.assets import default_model_dir as prepare
+    from triforce.runtime.assets import default_model_dir as prepare
 
     return prepare()
 

@@ -8,8 +8,8 @@ checks it. Seeds are fixed; the thresholds leave margins of many standard errors
 import pytest
 import torch
 
-from runtime.accept import accept, emitted_tokens
-from runtime.sampling import SamplingParams, probs_from_logits, sample
+from triforce.runtime.accept import accept, emitted_tokens
+from triforce.runtime.sampling import SamplingParams, probs_from_logits, sample
 
 GREEDY = SamplingParams()
 N = 100_000  # samples per statistical check: standard error of a frequency <= 0.0016

@@ -7,8 +7,8 @@ import torch
 from safetensors import safe_open
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from runtime import assets
-from runtime.errors import UserError
+from triforce.runtime import assets
+from triforce.runtime.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_a_cache_that_cannot_be_written_is_one_line_naming_it(tmp_path, monkeypa
 
 
 def test_ready_manifest_catches_a_truncated_or_changed_file(tmp_path):
-    from runtime.durable import check_ready, write_ready
+    from triforce.runtime.durable import check_ready, write_ready
     (tmp_path / "model.safetensors").write_bytes(b"x" * 1000)
     (tmp_path / "config.json").write_text("{}")
     manifest = write_ready(tmp_path)
@@ -98,5 +98,5 @@ def test_ready_manifest_catches_a_truncated_or_changed_file(tmp_path):
 
 
 def test_the_prepared_model_is_verified(default_model_dir):
-    from runtime.durable import check_ready
+    from triforce.runtime.durable import check_ready
     assert check_ready(default_model_dir) is None   # sizes; READY.json written when it was prepared

@@ -5,7 +5,7 @@ fallback when the kernel cannot be built."""
 import pytest
 import torch
 
-from runtime import attention, native, ops
+from triforce.runtime import attention, native, ops
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}   # max abs error, |out| <~ 1
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from runtime.batch import (MAX_MESSAGE_BYTES, OutputFile, Replica, error_record, pack, read_jobs, schedule,
+from triforce.runtime.batch import (MAX_MESSAGE_BYTES, OutputFile, Replica, error_record, pack, read_jobs, schedule,
                            unpack)
-from runtime.cli import main
-from runtime.config import RunConfig
+from triforce.runtime.cli import main
+from triforce.runtime.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,7 +27,7 @@ def write_jsonl(path: Path, lines: list) -> Path:
 @pytest.fixture(scope="module")
 def kjv_prompts():
     """Ten real KJV passages of about 200 tokens each."""
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     words = kjv_books(["Ruth"]).split()
     return [" ".join(words[i * 150:(i + 1) * 150]) for i in range(10)]
 
@@ -154,7 +154,7 @@ class FakePool:
 
 
 def test_a_dead_replica_puts_its_records_back(monkeypatch):
-    import runtime.batch as batch
+    import triforce.runtime.batch as batch
     monkeypatch.setattr(batch, "LocalPool", FakePool)   # start like a local pool: wait for "ready"
     pool = FakePool({"once", "always"})
     pool.events = [("ready", 0, None), ("ready", 1, None)]
@@ -194,7 +194,7 @@ def test_replica_runs_prompt_file_and_messages_and_refuses_a_too_long_prompt(rep
 
 # ------------------------------------------------------------------- end to end: kill, resume
 def batch_cmd(inp: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "runtime.cli", "batch", "--input", str(inp), "--output", str(out),
+    return [sys.executable, "-m", "triforce.runtime.cli", "batch", "--input", str(inp), "--output", str(out),
             "--max-new-tokens", "8", "--threads", "1", *extra]
 
 

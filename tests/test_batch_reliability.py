@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runtime.batch import OutputFile, Replica, error_record, pack, read_jobs, schedule, unpack
-from runtime.batch_output import manifest_for
-from runtime.batch_replicas import Limits
-from runtime.cli import main
-from runtime.config import RunConfig
+from triforce.runtime.batch import OutputFile, Replica, error_record, pack, read_jobs, schedule, unpack
+from triforce.runtime.batch_output import manifest_for
+from triforce.runtime.batch_replicas import Limits
+from triforce.runtime.cli import main
+from triforce.runtime.config import RunConfig
 
 DEEP = "[" * 100_000 + "]" * 100_000
 
@@ -119,11 +119,11 @@ def test_replica_answers_every_accepted_job_in_every_batch_size(replica, tmp_pat
 
 def test_a_record_failing_in_a_batch_is_retried_alone(replica, monkeypatch):
     """The packed batch raises (as if one sequence broke it); each record then runs alone."""
-    import runtime.batched
+    import triforce.runtime.batched
 
     def broken(*args, **kwargs):
         raise RuntimeError("packed pass failed")
-    monkeypatch.setattr(runtime.batched, "generate_batch", broken)
+    monkeypatch.setattr(triforce.runtime.batched, "generate_batch", broken)
     jobs = [{"line": n, "id": f"r{n}", "prompt": p, "params": {"max_new_tokens": 2}}
             for n, p in enumerate(["Hello", "The capital of France is", "One two three"], 1)]
     records = unpack(replica.run(pack({"jobs": jobs})))["results"]
@@ -257,7 +257,7 @@ def test_retry_errors_reruns_error_records_and_keeps_each_id_once(tmp_path):
 
 def test_disk_full_is_one_line_and_leaves_the_output_resumable(tmp_path, monkeypatch):
     import errno
-    from runtime.errors import UserError
+    from triforce.runtime.errors import UserError
     out = tmp_path / "out.jsonl"
     output = OutputFile(out, resume=False)
     output.append(error_record("a", 1, "x"))
@@ -312,7 +312,7 @@ def test_the_driver_finishes_a_fuzzed_job_with_one_line_per_record(capsys, tmp_p
 def test_a_sticky_device_error_retires_the_replica(replica, monkeypatch):
     """A CUDA error that poisons the context must not turn every later record into an error:
     the replica gives up (the driver replaces it and runs the record again)."""
-    from runtime.batch_replicas import ReplicaBroken
+    from triforce.runtime.batch_replicas import ReplicaBroken
 
     def sticky(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
@@ -323,10 +323,10 @@ def test_a_sticky_device_error_retires_the_replica(replica, monkeypatch):
 
 def test_more_ray_replicas_than_the_cluster_can_place_are_refused_before_any_work(monkeypatch):
     ray = pytest.importorskip("ray")
-    import actors.client
-    from runtime.batch_replicas import RayPool
-    from runtime.errors import UserError
-    monkeypatch.setattr(actors.client, "connect_ray", lambda **kw: None)
+    import triforce.actors.client
+    from triforce.runtime.batch_replicas import RayPool
+    from triforce.runtime.errors import UserError
+    monkeypatch.setattr(triforce.actors.client, "connect_ray", lambda **kw: None)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     with pytest.raises(UserError, match=r"--replicas 3 needs 3 CPUs but the Ray cluster has 2"):
         RayPool(3, {}, 1)
@@ -347,7 +347,7 @@ def test_a_second_process_on_a_running_jobs_output_refuses_and_the_first_finishe
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"id": f"r{i}", "prompt": f"Count to {i}:"}) + "\n" for i in range(4)))
     out = tmp_path / "out.jsonl"
-    cmd = [sys.executable, "-m", "runtime.cli", "batch", "--input", str(inp), "--output", str(out),
+    cmd = [sys.executable, "-m", "triforce.runtime.cli", "batch", "--input", str(inp), "--output", str(out),
            "--max-new-tokens", "24", "--threads", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
     first = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

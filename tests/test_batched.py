@@ -4,10 +4,10 @@ in the speculative modes and in a batch that mixes modes, with resident or strea
 drafter is the target's first 4 layers, as in test_modes)."""
 import pytest
 
-from runtime.batch import Replica, pack, unpack
-from runtime.batched import generate_batch
-from runtime.config import RunConfig
-from runtime.engine import Engine
+from triforce.runtime.batch import Replica, pack, unpack
+from triforce.runtime.batched import generate_batch
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
 
 
 pytestmark = pytest.mark.slow   # the real model, several sequences, each also decoded alone
@@ -23,7 +23,7 @@ def engine(default_model_dir, cut_drafter, one_thread):
 
 @pytest.fixture(scope="module")
 def prompts(engine):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     ids = engine.tokenizer.encode(kjv_books(["Jonah"]))
     return [ids[:203], ids[250:567], ids[800:930]]   # ragged: 203, 317, 130 tokens
 

@@ -7,10 +7,10 @@ import shutil
 import pytest
 import torch
 
-from runtime.bench import repro
-from runtime.bench.registry import SUITES, get_suite
-from runtime.cli import main
-from runtime.errors import UserError
+from triforce.runtime.bench import repro
+from triforce.runtime.bench.registry import SUITES, get_suite
+from triforce.runtime.cli import main
+from triforce.runtime.errors import UserError
 
 transformers = pytest.importorskip("transformers")
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from runtime.bench.measure import pass_cost, weight_bytes_and_params
-from runtime.cli import main
-from runtime.config import ModelConfig
-from runtime.model import load_model
+from triforce.runtime.bench.measure import pass_cost, weight_bytes_and_params
+from triforce.runtime.cli import main
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.model import load_model
 
 from test_bench import tiny_pair  # noqa: F401 -- the module-scoped fixture
 
@@ -53,7 +53,7 @@ def test_a_prompt_file_too_short_or_missing_is_one_line(tiny_pair, tmp_path, cap
 
 
 def test_essays_corpus_is_not_the_kjv():
-    from runtime.assets import essays_text
+    from triforce.runtime.assets import essays_text
     text = essays_text()
     assert len(text) > 500_000 and "LORD" not in text[:100_000]
 

@@ -3,11 +3,11 @@ that which tokens a cache holds can be read back directly."""
 import pytest
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
-from runtime.cache_streaming import StreamingCache
-from runtime.config import ModelConfig
-from runtime.rope import Rope
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
+from triforce.runtime.cache_streaming import StreamingCache
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.rope import Rope
 
 CFG = ModelConfig(architecture="LlamaForCausalLM", vocab_size=16, hidden_size=8, intermediate_size=8, num_layers=2,
                   num_heads=4, num_kv_heads=2, head_dim=4, max_position_embeddings=4096, rms_norm_eps=1e-6,
@@ -65,7 +65,7 @@ def test_streaming_rollback_keeps_every_committed_token():
 def test_streaming_forced_evictions_are_counted_and_reported():
     from types import SimpleNamespace
 
-    from runtime.speculate import LevelStats, level_stats
+    from triforce.runtime.speculate import LevelStats, level_stats
     cache = streaming(sinks=4, window=8, block=1, scratch=2)
     feed_committed(cache, 0, 12)
     feed(cache, 12, 3)                        # 3 speculative tokens, 2 scratch slots: one forced eviction

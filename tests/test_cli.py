@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from runtime.cli import main
+from triforce.runtime.cli import main
 
 
 def run_cli(capsys, *argv):

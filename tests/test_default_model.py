@@ -3,19 +3,19 @@ generation on it. Short prompts and few tokens keep this fast; long contexts liv
 import pytest
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.config import RunConfig
-from runtime.engine import Engine
-from runtime.sampling import SamplingParams
-from runtime.speculate import Level
-from runtime.model import load_model
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
+from triforce.runtime.sampling import SamplingParams
+from triforce.runtime.speculate import Level
+from triforce.runtime.model import load_model
 
 transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
 def kjv_ids(default_model_dir):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     tok = transformers.AutoTokenizer.from_pretrained(str(default_model_dir))
     return tok.encode(kjv_books(["Ruth"]))[:1100]  # >= 1,000 tokens of real text
 

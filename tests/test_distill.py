@@ -11,17 +11,17 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from runtime.distill.command import add_distill_parser
-from runtime.distill.config import DistillConfig
-from runtime.distill.corpus import split_corpus
-from runtime.distill.export import export_compact
-from runtime.distill.student import build_student, held_out_metrics, window_logits
-from runtime.distill.train import distill
-from runtime.drafter import assemble_drafter
-from runtime.io_utils import ProgressLine
-from runtime.cache_full import FullCache
-from runtime.errors import UserError
-from runtime.model import load_model
+from triforce.runtime.distill.command import add_distill_parser
+from triforce.runtime.distill.config import DistillConfig
+from triforce.runtime.distill.corpus import split_corpus
+from triforce.runtime.distill.export import export_compact
+from triforce.runtime.distill.student import build_student, held_out_metrics, window_logits
+from triforce.runtime.distill.train import distill
+from triforce.runtime.drafter import assemble_drafter
+from triforce.runtime.io_utils import ProgressLine
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import load_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -175,13 +175,13 @@ def test_bad_inputs_raise_user_errors(target, tokens, tmp_path):
 def test_default_drafter_dir_assembles_once(trained, target, tokens, tmp_path, monkeypatch):
     """The repo-folder path: compact drafter + the target's embeddings -> a cached full checkpoint
     with the exported weights' logits; a second call reuses it; a new repo drafter replaces it."""
-    import runtime.assets
-    import runtime.drafter as distill_module
+    import triforce.runtime.assets
+    import triforce.runtime.drafter as distill_module
     out, _ = trained
     compact = tmp_path / "drafters" / distill_module.DEFAULT_BASE
     export_compact(out, compact, target, tokens, **QUIET)
     monkeypatch.setattr(distill_module, "DRAFTERS_DIR", tmp_path / "drafters")
-    monkeypatch.setattr(runtime.assets, "default_model_dir", lambda: target)
+    monkeypatch.setattr(triforce.runtime.assets, "default_model_dir", lambda: target)
     monkeypatch.setenv("TRIFORCE_CACHE", str(tmp_path / "cache"))
 
     path = distill_module.default_drafter_dir()

@@ -2,7 +2,7 @@
 every mode it tunes still emits exactly `ar`'s greedy tokens while its choice lands in stats."""
 import pytest
 
-from runtime.gamma import PassCost, auto_caps, choose, expected_tokens, seconds_per_token
+from triforce.runtime.gamma import PassCost, auto_caps, choose, expected_tokens, seconds_per_token
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
 
@@ -45,9 +45,9 @@ def test_auto_caps_never_exceed_the_tokens_left():
 
 @pytest.mark.slow
 def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
-    from runtime.assets import kjv_books
-    from runtime.config import RunConfig
-    from runtime.engine import Engine
+    from triforce.runtime.assets import kjv_books
+    from triforce.runtime.config import RunConfig
+    from triforce.runtime.engine import Engine
     engine = Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter)))
     ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:301]
     base = dict(model=str(default_model_dir), draft_model=str(cut_drafter), max_new_tokens=24, retrieval_budget=96,

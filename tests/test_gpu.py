@@ -5,9 +5,9 @@ agree, and every mode's greedy output equals `ar` on the device."""
 import pytest
 import torch
 
-from runtime.attention import _attend_sdpa, attend
-from runtime.config import RunConfig
-from runtime.engine import Engine
+from triforce.runtime.attention import _attend_sdpa, attend
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -25,7 +25,7 @@ def test_attention_backends_agree_on_cuda(T, S):
 
 def test_every_mode_equals_ar_on_cuda(default_model_dir):
     engine = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32"))  # exactness is an fp32 claim
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:517]
     base = dict(device="cuda", dtype="fp32", max_new_tokens=32, retrieval_budget=128, chunk_size=8,
                 retrieval_rebuild="every:16")
@@ -35,7 +35,7 @@ def test_every_mode_equals_ar_on_cuda(default_model_dir):
 
 
 def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(default_model_dir):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     resident = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32"))
     streamed = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32", offload_weights=True))
     ids = resident.tokenizer.encode(kjv_books(["Jonah"]))[:517]
@@ -49,7 +49,7 @@ def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(defaul
 
 def test_copy_lanes_order_by_events_on_cuda():
     """A slow, poisoning copy on the load lane: compute that waits on its event sees the data."""
-    from offload.tier import Copier, HostTier
+    from triforce.offload.tier import Copier, HostTier
 
     class SlowPoison(Copier):
         def _copy(self, dst, src):

@@ -25,22 +25,22 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("runtime", "offload", "actors")
+PACKAGES = ("triforce.runtime", "triforce.offload", "triforce.actors")
 
 LAYERS = {
-    "leaf": ["runtime.errors", "runtime.probes", "runtime.flags", "runtime.io_utils", "runtime.assets",
-             "runtime.durable"],
-    "core": ["runtime", "runtime.config", "runtime.model", "runtime.rope", "runtime.attention", "runtime.cache",
-             "runtime.cache_full", "runtime.cache_retrieval", "runtime.cache_streaming", "runtime.cache_packed",
-             "runtime.sampling", "runtime.accept", "runtime.speculate", "runtime.decode", "runtime.parallel",
-             "runtime.drafter", "runtime.modes", "runtime.gamma", "runtime.native", "runtime.ops", "runtime.quant",
-             "runtime.vocab", "runtime.placement"],
-    "offload": ["offload", "offload.*"],
-    "engine": ["runtime.engine", "runtime.batched"],
-    "actors": ["actors", "actors.*"],
-    "apps": ["runtime.run_args", "runtime.backends", "runtime.batch", "runtime.batch_input", "runtime.batch_output",
-             "runtime.batch_replicas", "runtime.bench", "runtime.bench.*", "runtime.distill", "runtime.distill.*"],
-    "entry": ["runtime.cli", "runtime.distill.__main__"],
+    "leaf": ["triforce.runtime.errors", "triforce.runtime.probes", "triforce.runtime.flags", "triforce.runtime.io_utils", "triforce.runtime.assets",
+             "triforce.runtime.durable"],
+    "core": ["triforce.runtime", "triforce.runtime.config", "triforce.runtime.model", "triforce.runtime.rope", "triforce.runtime.attention", "triforce.runtime.cache",
+             "triforce.runtime.cache_full", "triforce.runtime.cache_retrieval", "triforce.runtime.cache_streaming", "triforce.runtime.cache_packed",
+             "triforce.runtime.sampling", "triforce.runtime.accept", "triforce.runtime.speculate", "triforce.runtime.decode", "triforce.runtime.parallel",
+             "triforce.runtime.drafter", "triforce.runtime.modes", "triforce.runtime.gamma", "triforce.runtime.native", "triforce.runtime.ops", "triforce.runtime.quant",
+             "triforce.runtime.vocab", "triforce.runtime.placement"],
+    "triforce.offload": ["triforce.offload", "triforce.offload.*"],
+    "engine": ["triforce.runtime.engine", "triforce.runtime.batched"],
+    "triforce.actors": ["triforce.actors", "triforce.actors.*"],
+    "apps": ["triforce.runtime.run_args", "triforce.runtime.backends", "triforce.runtime.batch", "triforce.runtime.batch_input", "triforce.runtime.batch_output",
+             "triforce.runtime.batch_replicas", "triforce.runtime.bench", "triforce.runtime.bench.*", "triforce.runtime.distill", "triforce.runtime.distill.*"],
+    "entry": ["triforce.runtime.cli", "triforce.runtime.distill.__main__"],
 }
 ORDER = list(LAYERS)
 
@@ -51,7 +51,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return ".".join(("triforce", *(parts[:-1] if parts[-1] == "__init__" else parts)))
 
 
 def project_modules() -> dict[str, Path]:
@@ -84,6 +84,20 @@ def layer_of(module: str) -> str:
 def graph() -> dict[str, set[str]]:
     modules = project_modules()
     return {m: {d for d in imports(p, modules) if d != m and (m, d) not in ALLOWED} for m, p in modules.items()}
+
+
+def test_project_imports_go_through_the_triforce_namespace():
+    """The packages install as triforce.runtime, triforce.actors, triforce.offload (pyproject's
+    package-dir): a bare `import runtime...` would only work from the repo root, or load a second copy."""
+    bare = []
+    for p in sorted(ROOT.rglob("*.py")):
+        if ".venv" in p.parts or "build" in p.parts:
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else []
+            bare += [f"{p.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] in PACKAGES]
+    assert not bare, "imports outside the triforce namespace:\n" + "\n".join(bare)
 
 
 def test_every_module_has_a_layer():

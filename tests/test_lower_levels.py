@@ -7,14 +7,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-from runtime.cache_full import FullCache
-from runtime.config import RunConfig
-from runtime.errors import UserError
-from runtime.model import fuse_projections, load_model
-from runtime.quant import Int4Linear, Int8Linear, PrunedHead, lower_level_copy, weight_bytes
-from runtime.sampling import SamplingParams, probs_from_logits
-from runtime.speculate import Level, SpecDecoder
-from runtime.vocab import kept_token_ids
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import RunConfig
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import fuse_projections, load_model
+from triforce.runtime.quant import Int4Linear, Int8Linear, PrunedHead, lower_level_copy, weight_bytes
+from triforce.runtime.sampling import SamplingParams, probs_from_logits
+from triforce.runtime.speculate import Level, SpecDecoder
+from triforce.runtime.vocab import kept_token_ids
 
 transformers = pytest.importorskip("transformers")
 
@@ -146,14 +146,14 @@ def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
 
 @pytest.fixture(scope="module")
 def engine(default_model_dir):
-    from runtime.engine import Engine
+    from triforce.runtime.engine import Engine
     return Engine(RunConfig(mode="triforce"))   # fp32: in bf16 a T-token verify pass rounds differently
                                                 # from `ar`'s 1-token passes, so near-ties can flip
 
 
 @pytest.mark.slow   # 30-60 s: every lower-level combination on the default model
 def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:180]
     base = dict(max_new_tokens=16, retrieval_budget=96, chunk_size=8, draft_sinks=4,
                 draft_window=60, gamma1=2, gamma2=4, retrieval_rebuild="every:8")

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from runtime.cache_full import FullCache
-from runtime.config import ModelConfig, with_rope_scaling
-from runtime.errors import UserError
-from runtime.model import fuse_projections, load_model
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import ModelConfig, with_rope_scaling
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import fuse_projections, load_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -157,8 +157,8 @@ def test_packed_pass_equals_each_sequence_alone(tmp_path):
     """The model's own forward over several sequences (runtime/cache_packed.py): ragged cache
     lengths, ragged new tokens, two cache policies; each sequence's rows equal its pass alone,
     and its cache ends up as it would alone."""
-    from runtime.cache_packed import PackedCache
-    from runtime.cache_streaming import StreamingCache
+    from triforce.runtime.cache_packed import PackedCache
+    from triforce.runtime.cache_streaming import StreamingCache
     model = load_model(save_tiny(tmp_path, transformers.LlamaConfig, transformers.LlamaForCausalLM), "fp32")
     gen = torch.Generator().manual_seed(2)
     prompts = [torch.randint(0, TINY["vocab_size"], (1, n), generator=gen) for n in (20, 7, 33)]

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from runtime.config import RunConfig
-from runtime.engine import Engine
-from runtime.errors import UserError
-from runtime.modes import mode_levels
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
+from triforce.runtime.errors import UserError
+from triforce.runtime.modes import mode_levels
 
 MODES = ["spec", "retrieval", "streaming", "triforce"]
 
@@ -44,7 +44,7 @@ def engine(default_model_dir, cut_drafter):
 
 @pytest.fixture(scope="module")
 def kjv_ids(engine):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     return engine.tokenizer.encode(kjv_books(["Jonah"]))
 
 

@@ -9,15 +9,15 @@ import time
 import pytest
 import torch
 
-from offload.kv import OffloadedFullCache
-from offload.plan import GB, GIB, Machine, kv_layer_bytes, layer_weight_bytes, plan
-from offload.tier import Copier, HostTier
-from offload.weights import offload_weights
-from runtime.cache_full import FullCache
-from runtime.config import ModelConfig, RunConfig
-from runtime.engine import Engine
-from runtime.errors import UserError
-from runtime.model import load_model
+from triforce.offload.kv import OffloadedFullCache
+from triforce.offload.plan import GB, GIB, Machine, kv_layer_bytes, layer_weight_bytes, plan
+from triforce.offload.tier import Copier, HostTier
+from triforce.offload.weights import offload_weights
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.config import ModelConfig, RunConfig
+from triforce.runtime.engine import Engine
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import load_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -128,7 +128,7 @@ def engines(default_model_dir, cut_drafter):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ar", "spec", "retrieval", "streaming", "triforce"])
 def test_every_mode_offloaded_equals_resident_greedy(engines, mode):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     resident, streamed = engines
     ids = resident.tokenizer.encode(kjv_books(["Jonah"]))[:203]
     base = dict(model=str(resident.model_dir), draft_model=str(resident.draft_dir), mode=mode, max_new_tokens=16,
@@ -148,7 +148,7 @@ def test_every_mode_offloaded_equals_resident_greedy(engines, mode):
 # ---- the planner -------------------------------------------------------------------------------------
 
 def llama2_7b() -> ModelConfig:
-    from offload.plan import _config
+    from triforce.offload.plan import _config
     return _config("configs/models/llama2-7b-128k.json", None)
 
 
@@ -177,7 +177,7 @@ def test_plan_for_the_papers_offloaded_setting_is_near_its_measurements():
 def test_offload_auto_plans_for_the_engines_one_device_and_its_loaded_weights(monkeypatch):
     """The local engine runs on one GPU (probe one, not all), and the plan takes the weights
     where the flags put them (offload_weights) instead of choosing."""
-    import offload.plan as plan_module
+    import triforce.offload.plan as plan_module
     probed = []
     m = Machine(1, 24 * GIB, 1000 * GB, 25 * GB, 256 * GIB)
     monkeypatch.setattr(plan_module, "probe_machine", lambda gpus=None: probed.append(gpus) or m)
@@ -225,7 +225,7 @@ def test_stats_carry_the_placement_resident_and_offloaded(tiny_engine_dir):
 def test_offload_auto_is_planned_once_for_the_engines_device_and_context(tiny_engine_dir, monkeypatch):
     """One plan, made before the model loads, for the engine's one device and the context it was
     given; every request then uses it (the weights decision and the KV layers come from that plan)."""
-    import offload.plan as plan_module
+    import triforce.offload.plan as plan_module
     calls = []
 
     def fake_plan(cfg, run, context, device, weights_offloaded=None):
@@ -247,8 +247,8 @@ def test_offload_auto_is_planned_once_for_the_engines_device_and_context(tiny_en
 
 
 def test_generate_plans_offload_auto_for_its_prompt(default_model_dir):
-    from runtime.cli import planned_context
-    from runtime.engine import load_tokenizer
+    from triforce.runtime.cli import planned_context
+    from triforce.runtime.engine import load_tokenizer
     run = RunConfig(model=str(default_model_dir), offload="auto", max_new_tokens=5)
     text = "In the beginning God created the heaven and the earth."
     assert planned_context(run, text) == len(load_tokenizer(default_model_dir).encode(text)) + 5
@@ -262,7 +262,7 @@ def test_plan_refuses_what_fits_nowhere():
 
 
 def test_plan_command(capsys, tmp_path):
-    from runtime.cli import main
+    from triforce.runtime.cli import main
     out = tmp_path / "plan.json"
     assert main(["plan", "--model", "configs/models/llama2-7b-128k.json", "--context", "127000", "--gpus", "2",
                  "--gpu-memory-gb", "24", "--pcie-gen", "4", "--json", str(out)]) == 0
@@ -276,7 +276,7 @@ def test_plan_command(capsys, tmp_path):
 
 
 def test_offload_flags_reach_the_run_config():
-    from runtime.cli import main
+    from triforce.runtime.cli import main
     with pytest.raises(UserError, match="on_chip_layers -1"):
         RunConfig(on_chip_layers=-1).validate()
     with pytest.raises(UserError, match="offload 'always'"):

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from runtime import ops as linear_mod
-from runtime import native
+from triforce.runtime import ops as linear_mod
+from triforce.runtime import native
 
 
 @pytest.fixture(scope="module")

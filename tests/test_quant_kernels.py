@@ -16,8 +16,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from runtime import quant
-from runtime.quant import INT4_GROUP, Int4Linear, Int8Linear, quantize_rows_reference, weight_bytes
+from triforce.runtime import quant
+from triforce.runtime.quant import INT4_GROUP, Int4Linear, Int8Linear, quantize_rows_reference, weight_bytes
 
 SHAPES = [(64, 32), (37, 100), (200, 576), (960, 576), (131, 608), (576, 1536), (5, 17)]   # (O, K)
 

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from runtime.config import RunConfig
-from runtime.backends import open_engine
-from runtime.engine import Engine
-from runtime.errors import UserError
+from triforce.runtime.config import RunConfig
+from triforce.runtime.backends import open_engine
+from triforce.runtime.engine import Engine
+from triforce.runtime.errors import UserError
 
 BASE = dict(max_new_tokens=12, retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60, gamma1=2,
             gamma2=4, retrieval_rebuild="every:8")
@@ -25,7 +25,7 @@ def local():
 
 @pytest.fixture(scope="module")
 def prompt(local):
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     return local.tokenizer.encode(kjv_books(["Jonah"]))[:150]
 
 
@@ -37,7 +37,7 @@ def expected(local, prompt):
 @pytest.fixture(scope="module")
 def cluster():
     ray = pytest.importorskip("ray")
-    from actors.client import worker_env
+    from triforce.actors.client import worker_env
     ray.init(num_cpus=8, include_dashboard=False, logging_level="ERROR", runtime_env=worker_env())
     yield ray
     ray.shutdown()
@@ -50,9 +50,9 @@ def ray_run(tp=1, pp=1, **kw):
 def test_pp_stages_from_the_host_tier_equal_the_plain_model(local, prompt):
     """Pipeline stages mapping the weights from a host arena (as shards map their node's memory
     actor's), run one after another in this process: logits bit-identical to the model."""
-    from actors.memory import NodeMemory
-    from actors.shard import ShardState
-    from runtime.cache_full import FullCache
+    from triforce.actors.memory import NodeMemory
+    from triforce.actors.shard import ShardState
+    from triforce.runtime.cache_full import FullCache
     tier = NodeMemory("tftest")
     manifest = tier.publish_checkpoint(str(local.model_dir), "fp32")
     assert tier.usage()["total_bytes"] >= 134_000_000 * 4
@@ -71,13 +71,13 @@ def test_pp_stages_from_the_host_tier_equal_the_plain_model(local, prompt):
 
 
 def test_tp_that_does_not_divide_the_kv_heads_is_refused(local):
-    from runtime.parallel import check_tp
+    from triforce.runtime.parallel import check_tp
     with pytest.raises(UserError, match="--tp 2 does not divide the model's 3 KV heads"):
         check_tp(local.cfg, 2)
 
 
 def test_cli_refuses_a_bad_split_before_starting_ray(capsys):
-    from runtime.cli import main
+    from triforce.runtime.cli import main
     code = main(["generate", "--backend", "ray", "--tp", "2", "--prompt", "hi", "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "triforce: error: --tp 2 does not divide the model's 3 KV heads" in err
@@ -137,7 +137,7 @@ def test_pp2_equals_local_and_survives_a_dead_shard(cluster, local, prompt, expe
 
 
 def test_bench_ray_suite_compares_local_and_ray(cluster, tmp_path):
-    from runtime.cli import main
+    from triforce.runtime.cli import main
     assert main(["bench", "--suite", "ray", "--contexts", "150", "--new-tokens", "4", "--modes", "ar",
                  "--budget", "96", "--repeats", "1", "--out", str(tmp_path)]) == 0
     [row] = json.loads((tmp_path / "ray.json").read_text())["rows"]

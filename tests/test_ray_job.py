@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.config import RunConfig
-from runtime.engine import Engine
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "The capital of France is Paris. The capital of Italy is"
@@ -83,7 +83,7 @@ def test_ray_job_submit_generates_what_the_local_path_does(head, tmp_path):
     assert refused.returncode != 0 and "uthenticat" in refused.stderr
     job = subprocess.run(
         [ray_cli(), "job", "submit", "--address", address, "--working-dir", str(ROOT), "--",
-         sys.executable, "-m", "runtime.cli", "generate", "--backend", "ray", "--pp", "2", "--device", "cpu",
+         sys.executable, "-m", "triforce.runtime.cli", "generate", "--backend", "ray", "--pp", "2", "--device", "cpu",
          "--prompt", PROMPT, "--max-new-tokens", "8", "--json", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = r"""
 import json, os, subprocess, sys, urllib.error, urllib.request
 import psutil
-from actors.client import connect_ray
+from triforce.actors.client import connect_ray
 connect_ray(num_cpus=1)
 import ray
 gcs = ray.get_runtime_context().gcs_address

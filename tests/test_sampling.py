@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from runtime.errors import UserError
-from runtime.sampling import SamplingParams, probs_from_logits, residual, sample
+from triforce.runtime.errors import UserError
+from triforce.runtime.sampling import SamplingParams, probs_from_logits, residual, sample
 
 GREEDY = SamplingParams()
 INF = float("inf")
@@ -198,7 +198,7 @@ def test_nucleus_from_the_top_candidates_equals_the_full_sort(V):
     """The fast nucleus (topk of NUCLEUS_CANDIDATES) keeps exactly the tokens the stable full sort
     keeps, ties at the cut included (lowest ids first); a nucleus wider than the candidates (a
     flat row) takes the full sort."""
-    from runtime import sampling
+    from triforce.runtime import sampling
     g = torch.Generator().manual_seed(V)
     for trial in range(20):
         x = torch.randn(3, V, generator=g) * (0.3 + 3 * trial / 20)

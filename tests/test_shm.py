@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import offload.tier as tier_mod
-from offload.tier import HostTier, owned_prefix, remove_dead_segments
+import triforce.offload.tier as tier_mod
+from triforce.offload.tier import HostTier, owned_prefix, remove_dead_segments
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,9 +4,9 @@ distribution depends on the sequence), and greedy identity through the same code
 import pytest
 import torch
 
-import runtime.speculate as speculate
-from runtime.sampling import residual, sample
-from runtime.speculate import LevelStats, SpecDecoder
+import triforce.runtime.speculate as speculate
+from triforce.runtime.sampling import residual, sample
+from triforce.runtime.speculate import LevelStats, SpecDecoder
 
 V = 4
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from runtime.bench import batch, offload, passes, ray, repro, suites  # noqa: F401 -- importing registers the suites
-from runtime.bench.measure import machine, pass_cost  # noqa: F401 -- public
-from runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
-from runtime.bench.registry import SUITES, get_suite
-from runtime.bench.report import write_report
+from triforce.runtime.bench import batch, offload, passes, ray, repro, suites  # noqa: F401 -- importing registers the suites
+from triforce.runtime.bench.measure import machine, pass_cost  # noqa: F401 -- public
+from triforce.runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
+from triforce.runtime.bench.registry import SUITES, get_suite
+from triforce.runtime.bench.report import write_report
 
 
 def context_arg(value: str):

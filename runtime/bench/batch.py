@@ -16,12 +16,12 @@ import dataclasses
 import statistics
 import time
 
-from runtime.batched import generate_batch
-from runtime.bench.registry import register
-from runtime.bench.report import markdown_table
-from runtime.bench.suites import base_run
-from runtime.engine import Engine
-from runtime.errors import UserError
+from triforce.runtime.batched import generate_batch
+from triforce.runtime.bench.registry import register
+from triforce.runtime.bench.report import markdown_table
+from triforce.runtime.bench.suites import base_run
+from triforce.runtime.engine import Engine
+from triforce.runtime.errors import UserError
 
 
 def run_one(engine: Engine, prompts: list[list[int]], run) -> dict:
@@ -45,7 +45,7 @@ def run_one(engine: Engine, prompts: list[list[int]], run) -> dict:
 def suite_batch(args) -> dict:
     if args.batch_sizes[0] != 1:
         raise UserError(f"--batch-sizes {args.batch_sizes}: the first must be 1 (the one-at-a-time reference)")
-    from runtime.assets import kjv_books
+    from triforce.runtime.assets import kjv_books
     base = base_run(args, temperature=0.0)
     engine = Engine(dataclasses.replace(base, mode="triforce"))
     ids = engine.tokenizer.encode(kjv_books(["Genesis", "Exodus"]))

@@ -1,13 +1,13 @@
 """Micro-benchmarks of the attention kernels, side by side in one process (docs/BENCHMARKS.md):
-    python -m runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA
-    python -m runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
-    python -m runtime.bench.kernels quant [threads] [repeats]     int8/int4 linears of a pass: native vs torch
+    python -m triforce.runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA
+    python -m triforce.runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
+    python -m triforce.runtime.bench.kernels quant [threads] [repeats]     int8/int4 linears of a pass: native vs torch
 """
 from __future__ import annotations
 
 import sys
 
-from runtime.native import attention_cpu
+from triforce.runtime.native import attention_cpu
 
 
 def _bench(threads: int = 2, repeats: int = 15) -> None:
@@ -25,7 +25,7 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
 
     import torch
 
-    from runtime.attention import attend_reference
+    from triforce.runtime.attention import attend_reference
     torch.set_num_threads(threads)
     kernel = attention_cpu()
     assert kernel is not None, "native attention did not build"
@@ -71,7 +71,7 @@ def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
 
     import torch
 
-    from runtime.attention import _attend_sdpa_split, attend_reference
+    from triforce.runtime.attention import _attend_sdpa_split, attend_reference
     torch.set_num_threads(threads)
     kernel = attention_cpu()
     B, H, Hkv, D, dt = 1, 9, 3, 64, torch.bfloat16
@@ -111,7 +111,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     import torch
     import torch.nn as nn
 
-    from runtime.quant import Int4Linear, Int8Linear, _native_kernels
+    from triforce.runtime.quant import Int4Linear, Int8Linear, _native_kernels
     torch.set_num_threads(threads)
     kernel = _native_kernels()
     assert kernel is not None, "native quant_cpu did not build with avx512_vnni"
@@ -168,4 +168,4 @@ if __name__ == "__main__":
     elif command == "quant":
         _bench_quant(*map(int, sys.argv[2:4]))
     else:
-        sys.exit("usage: python -m runtime.bench.kernels bench | prefill | quant [threads] [repeats]")
+        sys.exit("usage: python -m triforce.runtime.bench.kernels bench | prefill | quant [threads] [repeats]")

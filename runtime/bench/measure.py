@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from runtime.config import RunConfig
-from runtime.engine import Engine, Result
-from runtime.probes import nvml_gpus
-from runtime.quant import weight_bytes
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine, Result
+from triforce.runtime.probes import nvml_gpus
+from triforce.runtime.quant import weight_bytes
 
 
 @contextlib.contextmanager

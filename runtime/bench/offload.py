@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from runtime.bench.measure import generate_unstopped
-from runtime.bench.registry import register
-from runtime.bench.report import markdown_table
-from runtime.bench.suites import base_run, longest_context, prompt_ids
-from runtime.engine import Engine
+from triforce.runtime.bench.measure import generate_unstopped
+from triforce.runtime.bench.registry import register
+from triforce.runtime.bench.report import markdown_table
+from triforce.runtime.bench.suites import base_run, longest_context, prompt_ids
+from triforce.runtime.engine import Engine
 
 PLACEMENTS = {"resident": {}, "kv": dict(on_chip_layers=0), "kv+weights": dict(on_chip_layers=0)}
 

@@ -22,14 +22,14 @@ import time
 
 import torch
 
-from runtime.bench import plots
-from runtime.bench.measure import pass_cost
-from runtime.probes import read_bandwidth_gbs
-from runtime.bench.registry import register
-from runtime.bench.report import fmt, markdown_table
-from runtime.bench.suites import base_run, prompt_ids
-from runtime.engine import Engine, rebuild_retrieval
-from runtime.errors import UserError
+from triforce.runtime.bench import plots
+from triforce.runtime.bench.measure import pass_cost
+from triforce.runtime.probes import read_bandwidth_gbs
+from triforce.runtime.bench.registry import register
+from triforce.runtime.bench.report import fmt, markdown_table
+from triforce.runtime.bench.suites import base_run, prompt_ids
+from triforce.runtime.engine import Engine, rebuild_retrieval
+from triforce.runtime.errors import UserError
 
 LEVELS = ("target", "retrieval", "drafter")
 

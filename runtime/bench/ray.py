@@ -15,20 +15,20 @@ import dataclasses
 
 import torch
 
-from runtime.bench.measure import spread
-from runtime.bench.registry import register
-from runtime.bench.report import markdown_table
-from runtime.bench.suites import base_run
-from runtime.config import RunConfig
+from triforce.runtime.bench.measure import spread
+from triforce.runtime.bench.registry import register
+from triforce.runtime.bench.report import markdown_table
+from triforce.runtime.bench.suites import base_run
+from triforce.runtime.config import RunConfig
 
 
 def suite_ray(args) -> dict:
     import ray
 
-    from actors.client import connect
-    from runtime.assets import kjv_books
-    from runtime.backends import open_engine
-    from runtime.engine import Engine
+    from triforce.actors.client import connect
+    from triforce.runtime.assets import kjv_books
+    from triforce.runtime.backends import open_engine
+    from triforce.runtime.engine import Engine
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)   # as each actor: one thread per process

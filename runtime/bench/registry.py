@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from runtime.errors import UserError
+from triforce.runtime.errors import UserError
 
 
 @dataclass(frozen=True)

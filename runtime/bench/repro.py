@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from runtime.bench.measure import measure_ours
-from runtime.bench.registry import register
-from runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
-from runtime.bench.suites import prompt_ids
-from runtime.config import RunConfig
-from runtime.errors import UserError
+from triforce.runtime.bench.measure import measure_ours
+from triforce.runtime.bench.registry import register
+from triforce.runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
+from triforce.runtime.bench.suites import prompt_ids
+from triforce.runtime.config import RunConfig
+from triforce.runtime.errors import UserError
 
 REPRO_DIR = Path(__file__).resolve().parents[2] / "configs" / "repro"
 
@@ -91,7 +91,7 @@ def suite_repro(args: argparse.Namespace) -> dict:
     draft = check_checkpoint("--draft", args.draft, "drafter (e.g. llama-68m)")
     run = setting.run_config(target, draft)
     check_gpus(setting)
-    from runtime.backends import open_engine
+    from triforce.runtime.backends import open_engine
     engine = open_engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True,   # backend: ray for tp > 1
                          context=setting.context + run.max_new_tokens)                  # what offload auto plans for
     try:

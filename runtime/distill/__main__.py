@@ -1,6 +1,6 @@
-"""`python -m runtime.distill ARGS` == `triforce distill ARGS`."""
+"""`python -m triforce.runtime.distill ARGS` == `triforce distill ARGS`."""
 import sys
 
-from runtime.cli import main
+from triforce.runtime.cli import main
 
 sys.exit(main(["distill", *sys.argv[1:]]))

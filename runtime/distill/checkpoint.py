@@ -13,16 +13,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from runtime.config import ModelConfig, read_config_json
-from runtime.distill.config import DEFAULT_LAYERS, DistillConfig
-from runtime.distill.corpus import Corpus, corpus_tokens, split_corpus
-from runtime.distill.student import argmax_tokens, build_student, trainable
-from runtime.drafter import copy_tokenizer_files, drafter_config
-from runtime.engine import resolve_model_dir
-from runtime.errors import UserError
-from runtime.io_utils import building
-from runtime.model import Transformer, load_model
-from runtime.probes import resolve_device
+from triforce.runtime.config import ModelConfig, read_config_json
+from triforce.runtime.distill.config import DEFAULT_LAYERS, DistillConfig
+from triforce.runtime.distill.corpus import Corpus, corpus_tokens, split_corpus
+from triforce.runtime.distill.student import argmax_tokens, build_student, trainable
+from triforce.runtime.drafter import copy_tokenizer_files, drafter_config
+from triforce.runtime.engine import resolve_model_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import building
+from triforce.runtime.model import Transformer, load_model
+from triforce.runtime.probes import resolve_device
 
 
 @contextmanager

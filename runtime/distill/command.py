@@ -1,4 +1,4 @@
-"""`triforce distill` and `python -m runtime.distill`: flags -> DistillConfig -> train, then
+"""`triforce distill` and `python -m triforce.runtime.distill`: flags -> DistillConfig -> train, then
 optionally export the compact drafter. Flags and distill.json keys are a contract: add, never rename."""
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from pathlib import Path
 
 import torch
 
-from runtime import assets
-from runtime.distill.config import DEFAULT_LAYERS, DistillConfig
-from runtime.distill.corpus import corpus_tokens
-from runtime.distill.export import export_compact
-from runtime.distill.train import distill
-from runtime.drafter import DEFAULT_BASE
-from runtime.engine import resolve_model_dir
-from runtime.errors import UserError
-from runtime.model import TORCH_DTYPES
+from triforce.runtime import assets
+from triforce.runtime.distill.config import DEFAULT_LAYERS, DistillConfig
+from triforce.runtime.distill.corpus import corpus_tokens
+from triforce.runtime.distill.export import export_compact
+from triforce.runtime.distill.train import distill
+from triforce.runtime.drafter import DEFAULT_BASE
+from triforce.runtime.engine import resolve_model_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import TORCH_DTYPES
 
 
 def add_distill_parser(subparsers) -> argparse.ArgumentParser:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runtime.errors import UserError
-from runtime.model import TORCH_DTYPES
+from triforce.runtime.errors import UserError
+from triforce.runtime.model import TORCH_DTYPES
 
 DEFAULT_LAYERS = 4
 

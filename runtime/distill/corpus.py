@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from runtime import assets
-from runtime.distill.config import DistillConfig
-from runtime.engine import load_tokenizer
-from runtime.errors import UserError
-from runtime.io_utils import atomic_write
+from triforce.runtime import assets
+from triforce.runtime.distill.config import DistillConfig
+from triforce.runtime.engine import load_tokenizer
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import atomic_write
 
 def read_corpus(corpus: str | None) -> str:
     if corpus is None:

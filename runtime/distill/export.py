@@ -13,15 +13,15 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from runtime.config import ModelConfig, read_config_json
-from runtime.distill.config import DistillConfig
-from runtime.distill.corpus import corpus_tokens, split_corpus
-from runtime.distill.student import held_out_metrics
-from runtime.drafter import SHARED_TENSORS, _tensor_digest, assemble_drafter, drafter_config, read_tensors
-from runtime.engine import resolve_model_dir
-from runtime.errors import UserError
-from runtime.io_utils import building
-from runtime.model import load_model
+from triforce.runtime.config import ModelConfig, read_config_json
+from triforce.runtime.distill.config import DistillConfig
+from triforce.runtime.distill.corpus import corpus_tokens, split_corpus
+from triforce.runtime.distill.student import held_out_metrics
+from triforce.runtime.drafter import SHARED_TENSORS, _tensor_digest, assemble_drafter, drafter_config, read_tensors
+from triforce.runtime.engine import resolve_model_dir
+from triforce.runtime.errors import UserError
+from triforce.runtime.io_utils import building
+from triforce.runtime.model import load_model
 
 
 def export_compact(ckpt_dir: str | Path, out_dir: str | Path, target_dir: str | Path | None = None,

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from runtime.config import ModelConfig
-from runtime.model import Transformer, load_model
-from runtime.rope import Rope
+from triforce.runtime.config import ModelConfig
+from triforce.runtime.model import Transformer, load_model
+from triforce.runtime.rope import Rope
 
 
 class NoCache:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import torch
 
-from runtime.distill.checkpoint import Run, check_out_dir, prepare, run_lock, save_checkpoint
-from runtime.distill.config import DistillConfig
-from runtime.distill.corpus import sample_windows
-from runtime.distill.student import agreement, distill_loss, held_out_metrics, teacher_logits, trainable, window_logits
-from runtime.io_utils import ProgressLine, clock, recover_dir
-from runtime.model import Transformer
+from triforce.runtime.distill.checkpoint import Run, check_out_dir, prepare, run_lock, save_checkpoint
+from triforce.runtime.distill.config import DistillConfig
+from triforce.runtime.distill.corpus import sample_windows
+from triforce.runtime.distill.student import agreement, distill_loss, held_out_metrics, teacher_logits, trainable, window_logits
+from triforce.runtime.io_utils import ProgressLine, clock, recover_dir
+from triforce.runtime.model import Transformer
 
 
 def train_step(student: Transformer, teacher: Transformer, optimizer: torch.optim.Optimizer,
