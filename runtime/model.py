@@ -13,7 +13,6 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from safetensors import safe_open
 
 from triforce.runtime.attention import attend
@@ -81,8 +80,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "gate_up_proj"):                              # fused: one [E] -> [2F] matmul
-            return self.down_proj(silu_mul(self.gate_up_proj(x)))      # [B, T, 2F] -> [B, T, F] -> [B, T, E]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)           # each [B, T, F]
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(silu_mul(gate, up))                      # [B, T, F] -> [B, T, E]
 
 
 class DecoderLayer(nn.Module):

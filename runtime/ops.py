@@ -3,7 +3,7 @@
     linear    x [..., K] . w [O, K]^T (+ bias)   native for few bf16 rows (N = B*T <= MAX_ROWS)
     rms_norm  w * x / rms(x), fp32 statistics     native for bf16/fp32
     rope      x * cos + rotate_half(x) * sin      native for bf16/fp32, can write into a cache slice
-    silu_mul  silu(gate) * up from [..., 2F]      native for bf16/fp32
+    silu_mul  silu(gate) * up                     native for bf16/fp32
 
 Why (runtime/csrc/layer_cpu.cpp has the details): a decode pass multiplies a few rows by every
 weight matrix, so it is bound by reading the weights, and torch's bf16 GEMM reads them at a
@@ -73,12 +73,11 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tenso
     return rotated if out is None else out.copy_(rotated)
 
 
-def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up [..., 2F] (gate, then up) -> silu(gate) * up [..., F]."""
-    kernel = _kernels(gate_up) if gate_up.dtype in GLUE_DTYPES else None
-    if kernel is not None:
-        return kernel.silu_mul(gate_up)
-    gate, up = gate_up.chunk(2, dim=-1)
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gate, up [..., F] (e.g. the two halves of the fused gate_up output) -> silu(gate) * up [..., F]."""
+    kernel = _kernels(gate, up) if gate.dtype in GLUE_DTYPES and up.dtype == gate.dtype else None
+    if kernel is not None and gate.stride(-1) == up.stride(-1) == 1:
+        return kernel.silu_mul(gate, up)
     return F.silu(gate) * up
 
 

@@ -118,9 +118,11 @@ def test_rope_matches_twin_into_a_cache_slice(kernel, torch_twin, dtype, T):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_silu_mul_matches_twin(kernel, torch_twin, dtype):
     gate_up = (4 * torch.randn(2, 3, 2 * 1536, generator=torch.Generator().manual_seed(0))).to(dtype)
-    out = linear_mod.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)                   # strided halves, as the fused projection gives them
+    out = linear_mod.silu_mul(gate, up)
     assert out.shape == (2, 3, 1536)
-    torch.testing.assert_close(out, torch_twin(linear_mod.silu_mul, gate_up), **GLUE_TOL[dtype])
+    torch.testing.assert_close(out, torch_twin(linear_mod.silu_mul, gate, up), **GLUE_TOL[dtype])
+    assert torch.equal(out, linear_mod.silu_mul(gate.contiguous(), up.contiguous()))   # fused or not: same bits
 
 
 def test_glue_falls_back_under_autograd(kernel):

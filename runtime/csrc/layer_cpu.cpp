@@ -2,7 +2,7 @@
 //   linear    y [N, O] = x [N, K] . w [O, K]^T (+ bias [O]), bf16 (the bytes of a pass)
 //   rms_norm  out = w * (x / rms(x)), fp32 statistics             (torch: 8 ops)
 //   rope      out = x * cos + rotate_half(x) * sin, into any view (torch: 6 ops and a copy)
-//   silu_mul  out = silu(gate) * up from the fused gate_up output (torch: 3 ops)
+//   silu_mul  out = silu(gate) * up (torch: 2 ops and a temporary)
 // At T = 1 a layer's ~50 small torch ops cost as much as reading its weights (a few us each,
 // 30 layers); these cut them to ~20. The glue ops take bf16 or fp32, compute in fp32 and
 // round once; every output row depends only on its input row (row-invariant, as linear).
@@ -208,20 +208,24 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
   });
 }
 
-// gate_up [..., 2F] (gate then up, as the fused projection writes them) -> silu(gate) * up [..., F]
-torch::Tensor silu_mul(torch::Tensor gate_up) {
-  check_glue(gate_up, "silu_mul", "gate_up");
-  gate_up = gate_up.contiguous();
-  const int64_t F2 = gate_up.size(-1), F = F2 / 2, rows = gate_up.numel() / std::max<int64_t>(F2, 1);
-  auto sizes = gate_up.sizes().vec();
-  sizes.back() = F;
-  auto out = torch::empty(sizes, gate_up.options());
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, gate_up.scalar_type(), "silu_mul", [&] {
-    const scalar_t* gp = gate_up.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
+// silu(gate) * up [..., F]: gate and up [..., F] with unit stride in F and one stride between rows
+// (the two halves of the fused gate_up output are such views; so are two separate outputs).
+torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
+  check_glue(gate, "silu_mul", "gate");
+  check_glue(up, "silu_mul", "up");
+  TORCH_CHECK(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(),
+              "silu_mul: gate ", gate.sizes(), " and up ", up.sizes(), " must match in shape and dtype");
+  const int64_t F = gate.size(-1);
+  auto g2 = gate.reshape({-1, F}), u2 = up.reshape({-1, F});  // views where the rows are evenly spaced
+  const int64_t rows = g2.size(0), gs = g2.stride(0), us = u2.stride(0);
+  auto out = torch::empty(gate.sizes(), gate.options());
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, gate.scalar_type(), "silu_mul", [&] {
+    const scalar_t* gp = g2.data_ptr<scalar_t>(); const scalar_t* up_ = u2.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
     rows_parallel(rows, F, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r)
         for (int64_t f = 0; f < F; ++f) {
-          const float g = load(gp + r * F2, f), u = load(gp + r * F2 + F, f);
+          const float g = load(gp + r * gs, f), u = load(up_ + r * us, f);
           op[r * F + f] = store<scalar_t>(g / (1.f + std::exp(-g)) * u);
         }
     });
@@ -237,6 +241,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "x [..., E], w [E] -> w * x / rms(x)", py::arg("x"), py::arg("w"), py::arg("eps"));
   m.def("rope", &rope, "out [B,h,T,D] = x * cos + rotate_half(x) * sin", py::arg("x"), py::arg("cos"),
         py::arg("sin"), py::arg("out"));
-  m.def("silu_mul", &silu_mul, "gate_up [..., 2F] -> silu(gate) * up [..., F]", py::arg("gate_up"));
+  m.def("silu_mul", &silu_mul, "silu(gate) * up, both [..., F]", py::arg("gate"), py::arg("up"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the avx512_bf16 kernel was compiled in");
 }
