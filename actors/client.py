@@ -13,8 +13,8 @@ import atexit
 import os
 from pathlib import Path
 
-from triforce.runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from triforce.runtime.engine import Engine, Result, load_tokenizer, resolve_model_dir
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine, Result
 from triforce.runtime.errors import UserError
 from triforce.runtime.parallel import check_tp, stage_layers
 
@@ -99,9 +99,7 @@ class RayClient(Engine):
     def __init__(self, run: RunConfig):
         import ray
         from triforce.actors.coordinator import Coordinator
-        self.model_dir = resolve_model_dir(run.model)
-        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
-        self.tokenizer = load_tokenizer(self.model_dir)
+        self.open_checkpoint(run)
         check_tp(self.cfg, run.tp)                 # refused here, before any cluster is touched
         stage_layers(self.cfg.num_layers, run.pp)
         connect(run)

@@ -20,8 +20,8 @@ from typing import Callable
 import torch
 
 from triforce.actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFailure, ShardGroup
-from triforce.runtime.config import ModelConfig, RunConfig, with_rope_scaling
-from triforce.runtime.engine import DRAFTER_MODES, Engine, load_tokenizer, resolve_model_dir
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import DRAFTER_MODES, Engine
 from triforce.runtime.errors import UserError
 from triforce.runtime.model import TORCH_DTYPES
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
@@ -63,12 +63,8 @@ class RayEngine(Engine):
     """An Engine whose target weights live in a ShardGroup. Runs inside the coordinator actor."""
 
     def __init__(self, run: RunConfig, cpus: float, gpus: int):
-        self.keep_prefill, self._prefill_memo = False, None
-        self.model_dir = resolve_model_dir(run.model)
-        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
+        self.open_checkpoint(run)
         self.device = resolve_device("auto" if run.device != "cpu" else "cpu")   # for the drafter
-        self.dtype = run.dtype
-        self.tokenizer = load_tokenizer(self.model_dir)
         self.placement = Placement.from_flags(self.cfg.num_layers, "cuda" if gpus else "cpu", run.on_chip_layers,
                                               False, tp=run.tp, pp=run.pp)
         self.group = ShardGroup(GroupSpec(str(self.model_dir), run.dtype, run.device, run.rope_scaling,

@@ -76,12 +76,8 @@ class Engine:
     the most check_length lets any request use)."""
 
     def __init__(self, run: RunConfig, keep_prefill: bool = False, context: int | None = None):
-        self.keep_prefill, self._prefill_memo = keep_prefill, None
-        self.model_dir = resolve_model_dir(run.model)
-        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
+        self.open_checkpoint(run, keep_prefill)
         self.device = resolve_device(run.device)
-        self.tokenizer = load_tokenizer(self.model_dir)
-        self.dtype = run.dtype
         from triforce.offload.plan import placement_for_run
         self.placement = placement_for_run(self.cfg, run, self.device, context or self.cfg.max_context)
         if self.placement.weights_streamed:
@@ -91,6 +87,15 @@ class Engine:
         else:
             self.model = fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg))
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
+
+    def open_checkpoint(self, run: RunConfig, keep_prefill: bool = False) -> None:
+        """What every engine reads before placing the target (this one, the Ray coordinator's, the
+        Ray client's): the checkpoint's directory, its config with run's RoPE scaling, its tokenizer."""
+        self.keep_prefill, self._prefill_memo = keep_prefill, None
+        self.model_dir = resolve_model_dir(run.model)
+        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.dtype = run.dtype
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
 
