@@ -5,8 +5,10 @@
 """
 from __future__ import annotations
 
+import itertools
 import sys
 
+from triforce.runtime.bench.measure import interleaved, timed
 from triforce.runtime.native import attention_cpu
 
 
@@ -21,7 +23,6 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
     run it under `setsid sh -c 'echo -10 > /proc/self/autogroup; exec python -m ...'`.
     """
     import statistics
-    import time
 
     import torch
 
@@ -49,15 +50,14 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
                    "fma" if default == "dot" else "dot":
                        lambda k, v: kernel.attend(q, k, v, D ** -0.5, default != "dot"),
                    "sdpa": lambda k, v: attend_reference(q, k, v)}
-            times = {name: [] for name in fns}
-            calls = 0
-            for _ in range(repeats):                            # interleaved: the machine is shared
-                for name, fn in fns.items():
-                    kc, vc = buffers[calls % len(buffers)]
-                    calls += 1
-                    t0 = time.perf_counter()
-                    fn(kc[:, :, :S], vc[:, :, :S])
-                    times[name].append(time.perf_counter() - t0)
+            rotation = itertools.cycle(buffers)                 # each call reads another buffer: DRAM, not L3
+
+            def on_next_buffer(fn):
+                kc, vc = next(rotation)
+                return lambda: fn(kc[:, :, :S], vc[:, :, :S])
+
+            times = interleaved({name: lambda fn=fn: timed(on_next_buffer(fn))() for name, fn in fns.items()},
+                                repeats, warmup=0)              # interleaved: the machine is shared
             med = {name: statistics.median(ts) for name, ts in times.items()}
             cells = [f"{med[n] * 1e3:>8.3f} ({min(ts) * 1e3:6.3f}) {nbytes / med[n] / 1e9:>5.1f} {med[n] / roof:>6.2f}"
                      for n, ts in times.items()]
@@ -67,8 +67,6 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
 def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
     """One prefill chunk of T tokens against S keys: SDPA with the [G*T, S] mask against the
     mask-free split (prefix + causal square merged by LSE) and the native kernel."""
-    import time
-
     import torch
 
     from triforce.runtime.attention import _attend_sdpa_split, attend_reference
@@ -84,12 +82,7 @@ def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
         fns = {"mask": lambda: attend_reference(q, k, v), "split": lambda: _attend_sdpa_split(q, k, v)}
         if kernel is not None:
             fns["kernel"] = lambda: kernel.attend(q, k, v, D ** -0.5)
-        times = {name: [] for name in fns}
-        for _ in range(repeats):
-            for name, fn in fns.items():
-                t0 = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - t0)
+        times = interleaved({name: timed(fn) for name, fn in fns.items()}, repeats, warmup=0)
         best = {name: min(ts) for name, ts in times.items()}
         print(f"{S:>6} {best['mask'] * 1e3:>8.0f} {best['split'] * 1e3:>9.0f} {best.get('kernel', float('nan')) * 1e3:>10.0f}"
               f" {flops / best['split'] / 1e9:>14.1f} {best['mask'] / best['split']:>10.2f}x")
@@ -106,7 +99,6 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     modules' forward (what a pass pays) and the kernels alone. Medians of `repeats`, interleaved.
     Roofline: packed weight bytes / 34 GB/s (this EPYC's read bandwidth)."""
     import statistics
-    import time
 
     import torch
     import torch.nn as nn
@@ -144,14 +136,9 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
             fns = {"native": lambda: [m(xs[m.in_features]) for m in layers["native"]],
                    "kernel": bare,
                    "torch": lambda: [m(xs[m.in_features]) for m in layers["torch"]]}
-            times = {k: [] for k in fns}
             with torch.inference_mode():
-                for _ in range(repeats + 1):
-                    for k, fn in fns.items():
-                        t0 = time.perf_counter()
-                        fn()
-                        times[k].append(time.perf_counter() - t0)
-            t = {k: statistics.median(v[1:]) for k, v in times.items()}   # the first is warm-up
+                times = interleaved({k: timed(fn) for k, fn in fns.items()}, repeats, warmup=1)
+            t = {k: statistics.median(v) for k, v in times.items()}
             print(f"{name:>4} {n:>3} {t['native'] * 1e3:>10.2f} {native_bytes / t['native'] / 1e9:>5.1f} "
                   f"{t['kernel'] * 1e3:>10.2f} {native_bytes / t['kernel'] / 1e9:>5.1f} "
                   f"{t['torch'] * 1e3:>9.2f} {torch_bytes / t['torch'] / 1e9:>5.1f} "

@@ -38,6 +38,28 @@ def generate_unstopped(engine: Engine, ids: list[int], run: RunConfig) -> Result
         return engine.generate(ids, run)
 
 
+def interleaved(variants: dict, repeats: int, warmup: int = 1) -> dict[str, list]:
+    """The suites' repeat loop: `warmup` rounds (dropped), then `repeats` rounds, each running every
+    variant (name -> a call with no arguments) once, in order, so that drift and load from
+    elsewhere hit all variants alike. Returns each variant's results of the counted rounds."""
+    results = {name: [] for name in variants}
+    for round_ in range(warmup + repeats):
+        for name, run in variants.items():
+            value = run()
+            if round_ >= warmup:
+                results[name].append(value)
+    return results
+
+
+def timed(run):
+    """`run` (no arguments) made to return its wall seconds instead of its result, for interleaved."""
+    def timed_run() -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+    return timed_run
+
+
 def spread(values: list[float], digits: int = 3) -> dict:
     """Median, min, max and every sample (rounded) of repeated measurements."""
     return dict(median=round(statistics.median(values), digits), min=round(min(values), digits),

@@ -9,9 +9,10 @@ machinery itself (copies, events, the copy threads); on a GPU it measures PCIe s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 
-from triforce.runtime.bench.measure import generate_unstopped
+from triforce.runtime.bench.measure import generate_unstopped, interleaved
 from triforce.runtime.bench.registry import register
 from triforce.runtime.bench.report import markdown_table
 from triforce.runtime.bench.suites import base_run, longest_context, prompt_ids
@@ -29,16 +30,12 @@ def suite_offload(args) -> dict:
     for context in [longest_context(resident, base) if c == "max" else int(c) for c in args.contexts]:
         ids = prompt_ids(resident, args, context)
         for mode in ("ar", "triforce"):
-            times = {p: [] for p in PLACEMENTS}
-            moved, outputs = {}, {}
-            for rep in range(args.repeats + 1):              # round 0 is a warm-up and is dropped
-                for placement, extra in PLACEMENTS.items():  # interleaved, so drift hits all alike
-                    run = dataclasses.replace(base, mode=mode, **extra)
-                    result = generate_unstopped(engines[placement], ids, run)
-                    outputs[placement] = result.token_ids
-                    if rep:
-                        times[placement].append(result.stats["ms_per_token"])
-                    moved[placement] = result.stats.get("offload", {}).get("moved_bytes_per_token_total", 0)
+            runs = interleaved({p: functools.partial(generate_unstopped, engines[p], ids,
+                                                     dataclasses.replace(base, mode=mode, **extra))
+                                for p, extra in PLACEMENTS.items()}, args.repeats)
+            times = {p: [r.stats["ms_per_token"] for r in runs[p]] for p in PLACEMENTS}
+            outputs = {p: runs[p][-1].token_ids for p in PLACEMENTS}
+            moved = {p: runs[p][-1].stats.get("offload", {}).get("moved_bytes_per_token_total", 0) for p in PLACEMENTS}
             res_ms = statistics.median(times["resident"])
             for placement in PLACEMENTS:
                 ms = statistics.median(times[placement])

@@ -23,7 +23,7 @@ import time
 import torch
 
 from triforce.runtime.bench import plots
-from triforce.runtime.bench.measure import pass_cost
+from triforce.runtime.bench.measure import interleaved, pass_cost, timed
 from triforce.runtime.probes import read_bandwidth_gbs
 from triforce.runtime.bench.registry import register
 from triforce.runtime.bench.report import fmt, markdown_table
@@ -64,15 +64,13 @@ def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
     """Seconds of `repeats` T-token passes (after two warm-ups), each rolled back after."""
     x = torch.tensor([tokens], device=level.model.device)            # [1, T]
     n = level.cache.get_seq_length()
-    times = []
-    for i in range(repeats + 2):
-        start = time.perf_counter()
-        level.model(x, level.cache)                                   # [1, T, V]: T rows, as verify needs
-        elapsed = time.perf_counter() - start
-        level.cache.crop(n)
-        if i >= 2:
-            times.append(elapsed)
-    return times
+
+    def one_pass() -> float:
+        seconds = timed(lambda: level.model(x, level.cache))()        # [1, T, V]: T rows, as verify needs
+        level.cache.crop(n)                                           # rolled back, untimed
+        return seconds
+
+    return interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
 
 
 def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:

@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from triforce.runtime.bench.measure import spread
+from triforce.runtime.bench.measure import interleaved, spread
 from triforce.runtime.bench.registry import register
 from triforce.runtime.bench.report import markdown_table
 from triforce.runtime.bench.suites import base_run
@@ -47,8 +47,9 @@ def suite_ray(args) -> dict:
         try:
             for mode in args.modes:
                 with torch.inference_mode():   # alternating, so that load from elsewhere hits both alike
-                    runs = [(local.generate(ids, dataclasses.replace(base, mode=mode)),
-                             remote.generate(ids, remote_run(mode))) for _ in range(args.repeats)]
+                    both = interleaved({"local": lambda: local.generate(ids, dataclasses.replace(base, mode=mode)),
+                                        "ray": lambda: remote.generate(ids, remote_run(mode))}, args.repeats, warmup=0)
+                runs = list(zip(both["local"], both["ray"]))
                 rows.append(ray_row(mode, ids, runs))
                 print(table_ray(dict(rows=rows[-1:])).splitlines()[-1], flush=True)
         finally:
