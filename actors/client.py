@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from triforce.runtime.config import RunConfig
-from triforce.runtime.engine import Engine, Result
+from triforce.runtime.engine import Checkpoint, Result
 from triforce.runtime.errors import UserError
 from triforce.runtime.parallel import check_tp, stage_layers
 
@@ -93,7 +93,7 @@ def shard_gpus(run: RunConfig) -> int:
     return 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
 
 
-class RayClient(Engine):
+class RayClient(Checkpoint):
     """Engine's interface over a coordinator actor (the target is never loaded in this process)."""
 
     def __init__(self, run: RunConfig):

@@ -69,7 +69,38 @@ class Result:
                     token_ids=self.token_ids, text=self.text, stopped_by=self.stopped_by, stats=self.stats)
 
 
-class Engine:
+class Checkpoint:
+    """What every engine serves before any model runs: the checkpoint's directory, its config (with
+    run's RoPE scaling) and tokenizer, prompt encoding and length checks. Engine adds the target,
+    its caches and the decode loop (and the Ray coordinator's RayEngine is an Engine on shards);
+    the Ray driver's RayClient is only this, and forwards requests to the coordinator."""
+
+    def open_checkpoint(self, run: RunConfig, keep_prefill: bool = False) -> None:
+        """Reads the checkpoint's directory, config and tokenizer (before any target is placed)."""
+        self.keep_prefill, self._prefill_memo = keep_prefill, None
+        self.model_dir = resolve_model_dir(run.model)
+        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
+        self.tokenizer = load_tokenizer(self.model_dir)
+        self.dtype = run.dtype
+
+    def encode(self, text: str, chat: bool = False) -> list[int]:
+        return encode(self.tokenizer, self.model_dir, text, chat)
+
+    def check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        limit = self.cfg.max_context
+        if prompt_tokens + max_new_tokens > limit:
+            raise UserError(
+                f"prompt of {prompt_tokens} tokens + max_new_tokens {max_new_tokens} exceeds the model's "
+                f"{limit} positions; shorten the prompt, lower --max-new-tokens, or extend the context with "
+                f"RoPE scaling, e.g. --rope-scaling yarn:{-(-(prompt_tokens + max_new_tokens) // limit) * 2} "
+                "(quality degrades beyond the trained length)")
+        window = self.cfg.sliding_window
+        if window and prompt_tokens + max_new_tokens > window:
+            raise UserError(f"context of {prompt_tokens + max_new_tokens} tokens exceeds the checkpoint's "
+                            f"sliding window {window}, which this runtime does not implement; shorten the prompt")
+
+
+class Engine(Checkpoint):
     """keep_prefill: remember the target's prefilled KV so that runs with the same prompt (the
     modes and temperatures of a benchmark) copy it instead of recomputing it. context: prompt +
     new tokens the placement is planned for under `offload: auto` (None: the model's max_context,
@@ -87,15 +118,6 @@ class Engine:
         else:
             self.model = fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg))
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
-
-    def open_checkpoint(self, run: RunConfig, keep_prefill: bool = False) -> None:
-        """What every engine reads before placing the target (this one, the Ray coordinator's, the
-        Ray client's): the checkpoint's directory, its config with run's RoPE scaling, its tokenizer."""
-        self.keep_prefill, self._prefill_memo = keep_prefill, None
-        self.model_dir = resolve_model_dir(run.model)
-        self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
-        self.tokenizer = load_tokenizer(self.model_dir)
-        self.dtype = run.dtype
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
 
@@ -152,22 +174,6 @@ class Engine:
                 kept = kept_token_ids(counts, vocab, always)
             built[key] = lower_level_copy(source, weights, kept)
         return built[key]
-
-    def encode(self, text: str, chat: bool = False) -> list[int]:
-        return encode(self.tokenizer, self.model_dir, text, chat)
-
-    def check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        limit = self.cfg.max_context
-        if prompt_tokens + max_new_tokens > limit:
-            raise UserError(
-                f"prompt of {prompt_tokens} tokens + max_new_tokens {max_new_tokens} exceeds the model's "
-                f"{limit} positions; shorten the prompt, lower --max-new-tokens, or extend the context with "
-                f"RoPE scaling, e.g. --rope-scaling yarn:{-(-(prompt_tokens + max_new_tokens) // limit) * 2} "
-                "(quality degrades beyond the trained length)")
-        window = self.cfg.sliding_window
-        if window and prompt_tokens + max_new_tokens > window:
-            raise UserError(f"context of {prompt_tokens + max_new_tokens} tokens exceeds the checkpoint's "
-                            f"sliding window {window}, which this runtime does not implement; shorten the prompt")
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
         """The levels of run.mode (runtime/modes.py), smallest proposer first, and the gammas between them."""
