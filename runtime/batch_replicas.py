@@ -64,7 +64,7 @@ class Replica:
 
     def run(self, message: bytes) -> bytes:
         """{"jobs": [job, ...]} -> {"results": [record, ...]} (msgpack both ways). Several jobs are
-        decoded together (runtime/batched.py), one alone through Engine.generate; a job that fails
+        decoded together (runtime/decode_batched.py), one alone through Engine.generate; a job that fails
         inside a batch is run again alone."""
         jobs = unpack(message)["jobs"]
         records, ready = {}, []
@@ -97,7 +97,7 @@ class Replica:
                 return [e]
         if not ready:
             return []
-        from triforce.runtime.batched import generate_batch
+        from triforce.runtime.decode_batched import generate_batch
         try:
             return generate_batch(self.engine, [ids for _, _, ids in ready], [run for _, run, _ in ready]).results
         except Exception as e:   # noqa: BLE001 -- the batch as a whole failed: each job is retried alone

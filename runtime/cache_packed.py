@@ -1,7 +1,7 @@
 """PackedCache: the cache the model's own forward sees when the new tokens of several sequences
 are packed along T (tokens [1, ΣT], sequence 0's T_0 first), each sequence keeping its own cache
 of any policy. Norms, projections and the MLP run once over the ΣT rows (the weights are read
-once for all sequences: runtime/batched.py); attention runs per sequence on its own cache, so
+once for all sequences: runtime/decode_batched.py); attention runs per sequence on its own cache, so
 ragged lengths need no padding or masks and a sequence's logits do not depend on its neighbours.
 
 It stands for the caches during one pass: begin/end as in runtime/cache.py, and attend in place of

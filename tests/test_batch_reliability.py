@@ -119,11 +119,11 @@ def test_replica_answers_every_accepted_job_in_every_batch_size(replica, tmp_pat
 
 def test_a_record_failing_in_a_batch_is_retried_alone(replica, monkeypatch):
     """The packed batch raises (as if one sequence broke it); each record then runs alone."""
-    import triforce.runtime.batched
+    import triforce.runtime.decode_batched
 
     def broken(*args, **kwargs):
         raise RuntimeError("packed pass failed")
-    monkeypatch.setattr(triforce.runtime.batched, "generate_batch", broken)
+    monkeypatch.setattr(triforce.runtime.decode_batched, "generate_batch", broken)
     jobs = [{"line": n, "id": f"r{n}", "prompt": p, "params": {"max_new_tokens": 2}}
             for n, p in enumerate(["Hello", "The capital of France is", "One two three"], 1)]
     records = unpack(replica.run(pack({"jobs": jobs})))["results"]

@@ -36,7 +36,7 @@ LAYERS = {
              "triforce.runtime.drafter", "triforce.runtime.modes", "triforce.runtime.gamma", "triforce.runtime.native", "triforce.runtime.ops", "triforce.runtime.quant",
              "triforce.runtime.vocab", "triforce.runtime.placement"],
     "triforce.offload": ["triforce.offload", "triforce.offload.*"],
-    "engine": ["triforce.runtime.engine", "triforce.runtime.batched"],
+    "engine": ["triforce.runtime.engine", "triforce.runtime.decode_batched"],
     "triforce.actors": ["triforce.actors", "triforce.actors.*"],
     "apps": ["triforce.runtime.run_args", "triforce.runtime.backends", "triforce.runtime.batch", "triforce.runtime.batch_input", "triforce.runtime.batch_output",
              "triforce.runtime.batch_replicas", "triforce.runtime.bench", "triforce.runtime.bench.*", "triforce.runtime.distill", "triforce.runtime.distill.*"],

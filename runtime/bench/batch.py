@@ -4,7 +4,7 @@
         --modes ar triforce --budget 256 --threads 1 --out OUT
 
 Each configuration decodes B different KJV passages of `context` tokens together (greedy,
-runtime/batched.py) and reports generated tokens per second of *decode* wall time: from the
+runtime/decode_batched.py) and reports generated tokens per second of *decode* wall time: from the
 moment the last sequence finished its prefill to the moment the last one finished decoding
 (all sequences start together, so sequence i ends at prefill_s + decode_s after the start).
 Every batched run is also checked token for token against the same prompts decoded one at a
@@ -16,7 +16,7 @@ import dataclasses
 import statistics
 import time
 
-from triforce.runtime.batched import generate_batch
+from triforce.runtime.decode_batched import generate_batch
 from triforce.runtime.bench.registry import register
 from triforce.runtime.bench.report import markdown_table
 from triforce.runtime.bench.suites import base_run

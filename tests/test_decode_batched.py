@@ -1,11 +1,11 @@
-"""Batched decoding within a replica (runtime/batched.py): several sequences of different prompt
+"""Batched decoding within a replica (runtime/decode_batched.py): several sequences of different prompt
 lengths decoded together give exactly the tokens each gives alone, greedy and seeded, in `ar`,
 in the speculative modes and in a batch that mixes modes, with resident or streamed weights (the
 drafter is the target's first 4 layers, as in test_modes)."""
 import pytest
 
 from triforce.runtime.batch import Replica, pack, unpack
-from triforce.runtime.batched import generate_batch
+from triforce.runtime.decode_batched import generate_batch
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
 
