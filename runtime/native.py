@@ -7,8 +7,7 @@ builds (no compiler, say), one line goes to stderr and callers use their pure-to
 TRIFORCE_NATIVE=0 turns the kernels off (the torch path runs, for comparison).
 
     python -m triforce.runtime.native build     build (idempotent) and say which build loaded
-    python -m triforce.runtime.native bench [threads] [repeats]     kernel vs SDPA, decode/verify shapes
-    python -m triforce.runtime.native prefill [threads] [repeats]   mask-free prefill vs SDPA with a mask
+    python -m triforce.runtime.bench.kernels bench | prefill | quant    the kernels' micro-benchmarks
 """
 from __future__ import annotations
 

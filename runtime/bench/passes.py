@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
@@ -38,15 +37,8 @@ def matmul_peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -
     """GFLOP/s of a large square matrix product in `dtype` (the compute roof)."""
     a = torch.randn(size, size, dtype=dtype)
     b = torch.randn(size, size, dtype=dtype)
-    a @ b  # warm-up (thread pool, kernel selection)
-    best = min(_time(lambda: a @ b) for _ in range(repeats))
+    best = min(interleaved({"matmul": timed(lambda: a @ b)}, repeats)["matmul"])   # 1 warm-up: thread pool, kernel choice
     return 2 * size ** 3 / best / 1e9
-
-
-def _time(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def fill_full_cache(cache, S: int, seed: int = 0) -> None:
