@@ -19,6 +19,7 @@ from triforce.runtime.drafter import default_drafter_dir
 from triforce.runtime.errors import UserError
 from triforce.runtime.gamma import GammaTuner, auto_caps, chain
 from triforce.runtime.model import Transformer, fuse_projections, load_model
+from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
 from triforce.runtime.placement import Placement
 from triforce.runtime.probes import resolve_device
@@ -116,7 +117,7 @@ class Engine(Checkpoint):
             from triforce.offload.weights import offload_weights
             offload_weights(self.model, *self.tiers(), self.device)
         else:
-            self.model = fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg))
+            self.model = pack_linears(fuse_projections(load_model(self.model_dir, run.dtype, self.device, self.cfg)))
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
 
     tier = copier = None  # offload.tier.HostTier and Copier, created by tiers() when offloading
@@ -152,7 +153,7 @@ class Engine(Checkpoint):
             raise UserError(f"drafter {str(draft_dir)!r} has {draft_cfg.max_context} positions, fewer than its "
                             f"cache (draft_sinks {run.draft_sinks} + draft_window {run.draft_window}); shrink the window")
         self.draft_dir = draft_dir
-        return fuse_projections(load_model(draft_dir, run.dtype, self.device, draft_cfg))
+        return pack_linears(fuse_projections(load_model(draft_dir, run.dtype, self.device, draft_cfg)))
 
     def level_model(self, run: RunConfig, role: str) -> Transformer:
         """The model a lower level runs on: the target for role "middle", the drafter for "drafter",

@@ -30,7 +30,7 @@ import torch.nn as nn
 from triforce.runtime import native
 from triforce.runtime.config import WEIGHT_KINDS
 from triforce.runtime.errors import UserError
-from triforce.runtime.ops import Linear
+from triforce.runtime.ops import Linear, PackedLinear, dense_weight
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 GROUP, BLOCK = 32, 16                     # native layout: columns per group, output rows per block
@@ -90,9 +90,9 @@ class _QuantLinear(nn.Module):
     kernels 1.4-2x at N = 1..16 and 2-2.4x at N = 64 and 256 (prefill chunks), and a prefill row
     then equals the decode row bitwise. Neither path has a backward (torch's kernels have none)."""
 
-    def __init__(self, linear: nn.Linear, native: bool | None = None):
+    def __init__(self, linear: nn.Module, native: bool | None = None):
         super().__init__()
-        w = linear.weight
+        w = dense_weight(linear)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("weight", torch.empty(0, dtype=w.dtype, device=w.device), persistent=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
@@ -133,7 +133,7 @@ class Int8Linear(_QuantLinear):
 
     def __init__(self, linear: nn.Linear, native: bool | None = None):
         super().__init__(linear, native)
-        w = linear.weight.detach().float()                                       # [out, in]
+        w = dense_weight(linear).detach().float()                                # [out, in]
         scale = (w.abs().amax(dim=1) / 127).clamp_min(1e-12)                     # [out]
         q = torch.round(w / scale[:, None]).clamp(-127, 127)                     # [out, in], fp32 codes
         rows, cols = -(-self.out_features // BLOCK) * BLOCK, -(-self.in_features // GROUP) * GROUP
@@ -143,7 +143,7 @@ class Int8Linear(_QuantLinear):
             self.register_buffer("scales", _pad(scale[:, None], rows, 1)[:, 0].contiguous())  # [rows] fp32
         else:
             self.register_buffer("qweight", _pad(q, self.out_features, cols).to(torch.int8))  # [out, in']
-            self.register_buffer("scales", scale.to(linear.weight.dtype))       # [out], the compute dtype
+            self.register_buffer("scales", scale.to(self.weight.dtype))  # [out], the compute dtype
 
     def codes(self) -> torch.Tensor:
         """q [out, in'] int8 (in' = in rounded up to 32, zero columns past in)."""
@@ -180,12 +180,13 @@ class Int4Linear(_QuantLinear):
 
     def __init__(self, linear: nn.Linear, native: bool | None = None):
         super().__init__(linear, native)
-        out, inp = linear.weight.shape
-        if linear.weight.device.type != "cpu":
-            raise UserError(f"int4 weights run on the CPU kernel only (the model is on {linear.weight.device}); "
+        dense = dense_weight(linear)
+        out, inp = dense.shape
+        if dense.device.type != "cpu":
+            raise UserError(f"int4 weights run on the CPU kernel only (the model is on {dense.device}); "
                             "use int8 there")
         rows, cols = -(-out // 16) * 16, -(-inp // INT4_GROUP) * INT4_GROUP   # both layouts: tiles of 16 rows
-        w = _pad(linear.weight.detach().float(), rows, cols).view(rows, cols // INT4_GROUP, INT4_GROUP)  # [rows, G, g]
+        w = _pad(dense.detach().float(), rows, cols).view(rows, cols // INT4_GROUP, INT4_GROUP)  # [rows, G, g]
         low, high = w.amin(-1), w.amax(-1)                                       # [rows, G]
         scale = ((high - low) / 15).clamp_min(1e-12)
         q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(rows, cols)
@@ -200,7 +201,7 @@ class Int4Linear(_QuantLinear):
             self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))  # [rows, in/2] uint8
             zero = low + 8 * scale
             self.register_buffer("scales_and_zeros",                             # [G, rows, 2]
-                                 torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(linear.weight.dtype))
+                                 torch.stack([scale, zero], -1).transpose(0, 1).contiguous().to(dense.dtype))
             self._codes = q   # kept for dequantized() (tests); dropped by drop_codes()
 
     def native_matmul(self, x: torch.Tensor) -> torch.Tensor:
@@ -245,11 +246,13 @@ class PrunedHead(nn.Module):
     [..., V] row of -inf (probability zero elsewhere). The acceptance rule stays exact: a target
     token outside the kept set is still produced, through the residual max(0, p - q) = p there."""
 
-    def __init__(self, head: nn.Linear, kept: torch.Tensor, vocab_size: int):
+    def __init__(self, head: nn.Module, kept: torch.Tensor, vocab_size: int):
         super().__init__()
         kept = kept.to(head.weight.device)
         self.inner = Linear(head.in_features, len(kept), bias=head.bias is not None, device="meta")
-        self.inner.weight = nn.Parameter(head.weight.detach()[kept].clone(), requires_grad=False)  # [N, E]
+        self.inner.weight = nn.Parameter(dense_weight(head).detach()[kept].clone(), requires_grad=False)  # [N, E]
+        if isinstance(head, PackedLinear):   # a packed model's pruned head is packed too
+            self.inner = PackedLinear(self.inner)
         if head.bias is not None:
             self.inner.bias = nn.Parameter(head.bias.detach()[kept].clone(), requires_grad=False)
         self.register_buffer("kept", kept)                                      # [N] token ids
@@ -278,7 +281,7 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
     if weights != "same":
         for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
             for name, child in list(parent.named_children()):
-                if isinstance(child, nn.Linear):   # nn.Linear and runtime.ops.Linear
+                if isinstance(child, (nn.Linear, PackedLinear)):   # nn.Linear, ops.Linear and ops.PackedLinear
                     setattr(parent, name, QUANTIZED[weights](child))
         for m in out.modules():
             if isinstance(m, Int4Linear):

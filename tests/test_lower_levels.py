@@ -3,6 +3,8 @@ the pruned head, the acceptance rule's output distribution through the real Leve
 quantized middle level and a quantized, vocabulary-pruned drafter (a tiny random model, so that
 its 6-token vocabulary gives a small histogram), and greedy identity with `ar` on the real default
 model and its embedded drafter."""
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -140,6 +142,28 @@ def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
     assert copy.dtype == tiny_target.dtype and copy.weights == "int8"
     assert weight_bytes(copy) < weight_bytes(tiny_target) / 3          # fp32 -> int8 (+ scales)
     assert lower_level_copy(tiny_target, "same") is tiny_target
+
+
+def test_lower_levels_of_a_packed_model_equal_those_of_the_dense_one(tiny_target):
+    """The engine packs a bf16 target (ops.pack_linears) before the middle level and the drafter
+    are copied from it: the quantized and pruned copies are made from the same dense weights."""
+    from triforce.runtime.ops import PackedLinear, pack_linears, packable
+    dense = copy.deepcopy(tiny_target).bfloat16()
+    if not packable(dense.lm_head):
+        pytest.skip("the packed bf16 kernel did not build here")
+    packed = pack_linears(copy.deepcopy(dense))
+    assert isinstance(packed.model.layers[0].mlp.down_proj, PackedLinear)
+    kept = torch.tensor([0, 2, 3])
+    for weights in ("int8", "int4"):
+        a, b = lower_level_copy(dense, weights, kept), lower_level_copy(packed, weights, kept)
+        for (name, x), (_, y) in zip(sorted(a.named_buffers()), sorted(b.named_buffers())):
+            assert torch.equal(x, y), (weights, name)
+    pruned = lower_level_copy(packed, "same", kept)
+    assert isinstance(pruned.lm_head.inner, PackedLinear)
+    x = torch.randn(1, 3, 64).bfloat16()
+    with torch.inference_mode():
+        torch.testing.assert_close(pruned.lm_head(x), lower_level_copy(dense, "same", kept).lm_head(x),
+                                   rtol=2 ** -6, atol=0.05)
 
 
 # --- greedy identity on the real default model ---

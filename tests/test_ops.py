@@ -58,6 +58,49 @@ def test_rows_do_not_depend_on_the_other_rows(kernel):
     assert torch.equal(together, alone)
 
 
+@pytest.mark.parametrize("N", [1, 3, 8, 12, 13, 16, 40])
+@pytest.mark.parametrize("O,K", [(64, 32), (7, 576), (131, 100), (960, 576), (576, 1536), (49, 2)])
+def test_packed_kernel_matches_fp32_reference(kernel, N, O, K):
+    """The packed layout's kernel, at decode (1..16 rows) and prefill-chunk (40) row counts, O not
+    a multiple of the 16-row block, with a bias."""
+    g = torch.Generator().manual_seed(N * 1000 + O + K)
+    x, w = torch.randn(N, K, generator=g).bfloat16(), torch.randn(O, K, generator=g).bfloat16()
+    b = torch.randn(O, generator=g).bfloat16()
+    out = kernel.linear_packed(x, linear_mod.pack(w), b, O)
+    assert out.shape == (N, O) and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), ref(x, w, b).float(), rtol=2 ** -7, atol=1e-3 * K ** 0.5 + 1e-2)
+
+
+def test_pack_round_trip_and_packed_rows_are_row_invariant(kernel):
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(1000, 576, generator=g).bfloat16()
+    packed = linear_mod.pack(w)
+    assert packed.shape == (63, 288, 16, 2) and torch.equal(linear_mod.unpack(packed, 1000), w)
+    x = torch.randn(13, 576, generator=g).bfloat16()
+    together = kernel.linear_packed(x, packed, None, 1000)
+    alone = torch.cat([kernel.linear_packed(x[i:i + 1], packed, None, 1000) for i in range(13)])
+    assert torch.equal(together, alone)
+
+
+def test_pack_linears_replaces_only_packable_modules(kernel):
+    """A bf16 model's linears become PackedLinear with the same outputs (to bf16 rounding) and the
+    same dense weight; fp32 and odd-width linears stay as they are."""
+    g = torch.Generator().manual_seed(4)
+    model = torch.nn.Sequential(linear_mod.Linear(64, 40, bias=True), torch.nn.Linear(40, 33),
+                                torch.nn.Linear(33, 8)).bfloat16()
+    model.add_module("fp32", torch.nn.Linear(8, 8))
+    dense = [m.weight.clone() for m in model[:2]]
+    x = torch.randn(2, 5, 64, generator=g).bfloat16()
+    with torch.inference_mode():
+        before = model[2](model[1](model[0](x)))
+        linear_mod.pack_linears(model)
+        after = model[2](model[1](model[0](x)))
+    assert [type(m).__name__ for m in model] == ["PackedLinear", "PackedLinear", "Linear", "Linear"]
+    assert model[0].weight.dtype == torch.bfloat16 and model[0].weight.numel() == 0   # the marker
+    assert all(torch.equal(linear_mod.dense_weight(m), w) for m, w in zip(model[:2], dense))
+    torch.testing.assert_close(after.float(), before.float(), rtol=2 ** -6, atol=0.05)
+
+
 def test_dispatch(kernel, monkeypatch):
     """Few bf16 rows without autograd take the kernel; many rows, fp32 and autograd take F.linear."""
     calls = []

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define TF_AVX512 1
@@ -127,6 +128,97 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tens
             const float s = out[n - n0][m] + (bp ? bp[o0 + m] : 0.f);
             yp[n * O + o0 + m] = at::BFloat16(s);  // round to nearest even
           }
+      }
+    }
+  });
+#endif
+  return y;
+}
+
+// linear_packed: the same product with w repacked once at load (runtime/ops.py PackedLinear):
+//   packed [B, K/2, 16, 2] bf16, B = ceil(O / 16): block b holds output rows 16b..16b+15, and
+//   for each pair of columns (2j, 2j+1) one 64-byte vector of those 16 rows' two weights.
+// One vdpbf16ps then multiplies a broadcast pair of x columns by the 16 rows at once and adds
+// into 16 fp32 lanes, one per output: no horizontal sum, and the block's weights are one
+// sequential stream. Tiles of PR x rows by PB blocks (PR * PB accumulators); each thread takes
+// a contiguous run of blocks, so it streams its slab of the weights once; for N > PR the tile's
+// blocks (PB * K * 32 bytes) stay in L1/L2 across the row tiles. Row-invariant: y[n, o] sums
+// the column pairs in order in lane o % 16 whatever N, the tiling and the thread count.
+// K must be even (hidden sizes are); rows of the last block beyond O are zero and not stored.
+#if TF_AVX512
+template <int pr, int pb>
+inline void packed_tile(const uint16_t* x, int64_t ldx, const uint16_t* wb, int64_t K, const float* bias,
+                        at::BFloat16* y, int64_t ldy, int64_t o0, int64_t O) {
+  __m512 acc[pr][pb];
+  for (int n = 0; n < pr; ++n)
+    for (int m = 0; m < pb; ++m) acc[n][m] = _mm512_setzero_ps();
+  const int64_t pairs = K / 2, bstride = K * 16;  // elements per block
+  for (int64_t j = 0; j < pairs; ++j) {
+    __m512bh w[pb];
+    for (int m = 0; m < pb; ++m) w[m] = (__m512bh)_mm512_load_si512(wb + m * bstride + j * 32);
+    for (int n = 0; n < pr; ++n) {
+      int32_t pair;
+      std::memcpy(&pair, x + n * ldx + 2 * j, 4);
+      const __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+      for (int m = 0; m < pb; ++m) acc[n][m] = _mm512_dpbf16_ps(acc[n][m], xb, w[m]);
+    }
+  }
+  for (int m = 0; m < pb; ++m) {
+    const int64_t o = o0 + 16 * m;
+    const int64_t live = std::min<int64_t>(16, O - o);
+    const __mmask16 mask = (__mmask16)((1u << live) - 1);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + o) : _mm512_setzero_ps();
+    for (int n = 0; n < pr; ++n) {
+      const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(acc[n][m], b));  // round to nearest even
+      _mm256_mask_storeu_epi16(y + n * ldy + o, mask, v);
+    }
+  }
+}
+
+template <int pb>
+void packed_rows(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wb, int64_t K, const float* bias,
+                 at::BFloat16* y, int64_t O, int64_t o0) {
+  constexpr int PR = pb >= 3 ? 8 : 12;  // pr * pb accumulators + pb weight vectors within 32 zmm
+  int64_t n0 = 0;
+  for (; n0 + PR <= N; n0 += PR) packed_tile<PR, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O);
+  switch (N - n0) {
+#define TF_ROWS(r) case r: packed_tile<r, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O); break;
+    TF_ROWS(1) TF_ROWS(2) TF_ROWS(3) TF_ROWS(4) TF_ROWS(5) TF_ROWS(6) TF_ROWS(7)
+    TF_ROWS(8) TF_ROWS(9) TF_ROWS(10) TF_ROWS(11)
+#undef TF_ROWS
+    default: break;
+  }
+}
+#endif
+
+// y [N, O] bf16 = x [N, K] bf16 . w^T (+ bias [O]) with w in the packed layout above.
+torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias, int64_t O) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1,
+              "linear_packed: x [N, K] bf16 with unit stride in K expected, got ", x.sizes(), " ", x.scalar_type());
+  const int64_t N = x.size(0), K = x.size(1), B = (O + 15) / 16;
+  TORCH_CHECK(K % 2 == 0 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
+              packed.numel() == B * K * 16 && reinterpret_cast<uintptr_t>(packed.data_ptr()) % 64 == 0,
+              "linear_packed: packed must be a 64-byte aligned contiguous bf16 [", B, ", ", K / 2, ", 16, 2] for O = ",
+              O, " and K = ", K, " (K even), got ", packed.sizes());
+  TORCH_CHECK(has_avx512_bf16(), "linear_packed: built without avx512_bf16 (callers check has_avx512_bf16())");
+  auto y = torch::empty({N, O}, x.options());
+  torch::Tensor b32;
+  if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
+#if TF_AVX512
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
+  auto* yp = y.data_ptr<at::BFloat16>();
+  const float* bp = b32.defined() ? b32.data_ptr<float>() : nullptr;
+  const int64_t ldx = x.stride(0);
+  constexpr int PB = 4;  // blocks per tile (64 outputs)
+  at::parallel_for(0, B, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b += PB) {
+      const uint16_t* wb = wp + b * K * 16;
+      switch (std::min<int64_t>(PB, end - b)) {
+        case 4: packed_rows<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 3: packed_rows<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 2: packed_rows<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        default: packed_rows<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
       }
     }
   });
@@ -238,6 +330,8 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "CPU linear for few rows: x [N,K] . w [O,K]^T (+ bias) -> [N,O], bf16",
         py::arg("x"), py::arg("w"), py::arg("bias") = py::none());
+  m.def("linear_packed", &linear_packed, "x [N,K] . w^T (+ bias) -> [N,O], w packed [ceil(O/16), K/2, 16, 2] bf16",
+        py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
   m.def("rms_norm", &rms_norm, "x [..., E], w [E] -> w * x / rms(x)", py::arg("x"), py::arg("w"), py::arg("eps"));
   m.def("rope", &rope, "out [B,h,T,D] = x * cos + rotate_half(x) * sin", py::arg("x"), py::arg("cos"),
         py::arg("sin"), py::arg("out"));
