@@ -55,34 +55,43 @@ class PassCost:
         raise AssertionError("unreachable")
 
 
-def seconds_per_token(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...]) -> float:
+def seconds_per_token(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...],
+                      memo: dict | None = None) -> float:
     """Expected seconds per committed token of the stack (bottom first): a top-level round drafts
-    γ tokens through the levels below (draft_seconds) and verifies them in one pass of γ + 1."""
+    γ tokens through the levels below (draft_seconds) and verifies them in one pass of γ + 1.
+    memo: draft_seconds' results, shared by calls with the same costs and alphas (choose)."""
     top, g = len(costs) - 1, gammas[-1]
     if g == 0:
         return costs[top](1)
-    return (draft_seconds(costs, alphas, gammas, top - 1, g) + costs[top](g + 1)) / expected_tokens(alphas[-1], g)
+    return (draft_seconds(costs, alphas, gammas, top - 1, g, memo) + costs[top](g + 1)) / expected_tokens(alphas[-1], g)
 
 
-def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...], level: int, n: int) -> float:
+def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...], level: int, n: int,
+                  memo: dict | None = None) -> float:
     """Expected seconds for levels [0, level] to produce n tokens as speculate.draft does: rounds of
     k = min(γ, tokens left - 1) proposals, each emitting 1..k+1 tokens (a accepted drafts with
     probability α^a (1 - α), all k with α^k, plus the recovered or bonus token)."""
     if level == 0:
         return n * costs[0](1)
+    key = (level, n, gammas[:level])     # the levels below `level` use only these γs
+    if memo is not None and key in memo:
+        return memo[key]
     gamma, alpha = gammas[level - 1], alphas[level - 1]
     expected = [0.0] * (n + 1)          # expected[m]: seconds to produce the last m tokens
     for m in range(1, n + 1):
         k = min(gamma, m - 1)
-        round_s = (draft_seconds(costs, alphas, gammas, level - 1, k) if k else 0.0) + costs[level](k + 1)
+        round_s = (draft_seconds(costs, alphas, gammas, level - 1, k, memo) if k else 0.0) + costs[level](k + 1)
         emitted = [alpha ** a * (1 - alpha) for a in range(k)] + [alpha ** k]   # P(a accepted), a = 0..k
         expected[m] = round_s + sum(p * expected[m - a - 1] for a, p in enumerate(emitted))
+    if memo is not None:
+        memo[key] = expected[n]
     return expected[n]
 
 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
     """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token."""
-    return min(((g, seconds_per_token(costs, alphas, g)) for g in itertools.product(*allowed)), key=lambda c: c[1])
+    memo = {}
+    return min(((g, seconds_per_token(costs, alphas, g, memo)) for g in itertools.product(*allowed)), key=lambda c: c[1])
 
 
 def probe_pass_costs(stack, caps: tuple[int, ...], repeats: int = 2) -> list[PassCost]:

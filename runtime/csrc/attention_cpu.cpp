@@ -57,6 +57,7 @@
 #else
 #define TF_AVX512 0
 #endif
+#include "simd.h"
 
 namespace {
 
@@ -109,21 +110,6 @@ inline void write_row(scalar_t* dst, const float* acc, float l, const int32_t* d
 
 #if TF_AVX512
 
-inline __m512 exp2_ps(__m512 x) {
-  // 2^x for x <= 0: 2^n * p(f), n = round(x), |f| <= 0.5, Taylor degree 7 (rel. error < 1e-8).
-  x = _mm512_max_ps(x, _mm512_set1_ps(-150.f));  // -inf -> 0 after scalef
-  __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 f = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 720));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // In-place transpose of a 16x16 matrix of 32-bit units (r[i] = row i).
 inline void transpose16(__m512i r[16]) {

@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define TF_AVX512 1
@@ -43,6 +44,7 @@
 #else
 #define TF_AVX512 0
 #endif
+#include "simd.h"
 
 namespace {
 
@@ -300,6 +302,13 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
   });
 }
 
+#if TF_AVX512
+inline __m512 bf16x16(const at::BFloat16* p) {   // 16 bf16 -> fp32 (exact: bf16 is fp32's top half)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+#endif
+
 // silu(gate) * up [..., F]: gate and up [..., F] with unit stride in F and one stride between rows
 // (the two halves of the fused gate_up output are such views; so are two separate outputs).
 torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
@@ -315,11 +324,23 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
     const scalar_t* gp = g2.data_ptr<scalar_t>(); const scalar_t* up_ = u2.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
     rows_parallel(rows, F, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r)
-        for (int64_t f = 0; f < F; ++f) {
+      for (int64_t r = begin; r < end; ++r) {
+        int64_t f = 0;
+#if TF_AVX512
+        if constexpr (std::is_same_v<scalar_t, at::BFloat16>)   // 16 lanes: silu(g) = g / (1 + 2^(-g log2 e))
+          for (; f + 16 <= F; f += 16) {
+            const __m512 g = bf16x16(reinterpret_cast<const at::BFloat16*>(gp + r * gs + f));
+            const __m512 u = bf16x16(reinterpret_cast<const at::BFloat16*>(up_ + r * us + f));
+            const __m512 e = exp2_ps(_mm512_mul_ps(g, _mm512_set1_ps(-1.4426950408889634f)));
+            const __m512 s = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)), u);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + r * F + f), (__m256i)_mm512_cvtneps_pbh(s));
+          }
+#endif
+        for (; f < F; ++f) {
           const float g = load(gp + r * gs, f), u = load(up_ + r * us, f);
           op[r * F + f] = store<scalar_t>(g / (1.f + std::exp(-g)) * u);
         }
+      }
     });
   });
   return out;
