@@ -56,6 +56,10 @@ class OffloadedFullCache(FullCache):
         self.length, self._new = 0, 0
         self._cos = self._sin = None
 
+    def slots(self):
+        """None: layers beyond on_chip live in the host tier (each pass goes through update())."""
+        return None
+
     def begin(self, T: int):
         tables = super().begin(T)
         released = self.copier.record()  # the previous pass's compute was the slots' last reader

@@ -13,6 +13,11 @@ retrieval caches store them rotated at their absolute positions; the streaming c
 before RoPE and rotates them by cache slot, so a short-context drafter serves any prompt length.
 The new tokens are always the last T of the S returned positions (see attention.py).
 
+slots() is optional: a cache whose update() is "rotate k into slots [start, start + T) of
+per-layer buffers [L, B, Hkv, capacity, D], store v there, attend to [0, start + T)" returns
+(k, v, start, last_query or None), and a CPU pass then runs its layers in one native call
+(model.decoder_plan); any other cache (streaming, offloaded, packed) goes through update().
+
 fill_from(full, n) fills a cache from the first n tokens of the target's full cache instead of a
 prefill pass: each policy knows how (the full cache copies a saved prefill, the retrieval cache
 selects chunks, the streaming cache keeps sinks and the recent window, un-rotated). The engine

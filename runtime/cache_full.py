@@ -49,6 +49,13 @@ class FullCache:
         self.stored(layer, start, stop)
         return keys[:, :, :stop], values[:, :, :stop]                  # [B, Hkv, S, D]
 
+    def slots(self):
+        """(k, v [L, B, Hkv, capacity, D], start, last_query [L, B, H, D]): a pass writes its T
+        tokens at [start, start + T) of each layer, keys rotated, and attends to [0, start + T),
+        as update() does (model.DecoderPlan runs that in one native call). None where a layer's
+        K/V are not simply these buffers (the offloaded cache)."""
+        return self.k, self.v, self.length, self.last_query
+
     def storage(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The device buffers holding `layer`'s K/V, [B, Hkv, capacity, D] each."""
         return self.k[layer], self.v[layer]

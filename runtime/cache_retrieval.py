@@ -105,6 +105,10 @@ class RetrievalCache:
         self.v[layer, :, :, start:stop] = v
         return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]   # [B, Hkv, S, D]
 
+    def slots(self):
+        """As FullCache.slots: new tokens go to slots [length, length + T) (the generated region)."""
+        return self.k, self.v, self.length, None
+
     def end(self) -> None:
         self.length += self._new
         self._new = 0

@@ -9,6 +9,7 @@ offloading (those transform a plain model).
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 
 import torch
@@ -144,8 +145,13 @@ class Transformer(nn.Module):
         """forward() without inference mode, for training (distillation) through autograd."""
         cos, sin = cache.begin(tokens.shape[1])
         x = self.model.embed_tokens(tokens)                            # [B, T, E]
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, cache)
+        plan = None if torch.is_grad_enabled() else decoder_plan(self)
+        slots = cache.slots() if plan is not None and hasattr(cache, "slots") else None
+        if slots is not None:   # the same kernels in the same order, in one native call
+            x = plan.run(x, cos, sin, *slots)                          # [B, T, E]
+        else:
+            for layer in self.model.layers:
+                x = layer(x, cos, sin, cache)
         cache.end()
         if isinstance(last_only, torch.Tensor):   # the rows' indices (a packed pass: PackedCache.rows)
             x = x[:, last_only]                                        # [B, R, E]
@@ -222,3 +228,55 @@ def fuse_projections(model: Transformer) -> Transformer:
             mlp.gate_up_proj = _fused([mlp.gate_proj, mlp.up_proj])
             del mlp.gate_proj, mlp.up_proj
     return model
+
+
+_PLANS: "weakref.WeakKeyDictionary[Transformer, object]" = weakref.WeakKeyDictionary()
+
+
+def decoder_plan(model: Transformer):
+    """layer_cpu.DecoderPlan over `model`'s layers (built once per model, kept outside it so that
+    deep copies of the model stay plain), or None where its layers do not take the one-call path:
+    not on a CPU with the native kernels, not bf16, projections not fused, or a linear that is
+    neither packed bf16 nor native int8/int4 (tensor-parallel shards, streamed weights, fp32)."""
+    if model not in _PLANS:
+        _PLANS[model] = _build_plan(model) or False
+    return _PLANS[model] or None
+
+
+def _build_plan(model: Transformer):
+    from triforce.runtime import native
+    from triforce.runtime.ops import PackedLinear
+    from triforce.runtime.quant import Int4Linear, Int8Linear
+    layer_k, attention_k, quant_k = native.layer_cpu(), native.attention_cpu(), native.quant_cpu()
+    if layer_k is None or attention_k is None or not hasattr(layer_k, "DecoderPlan") or model.dtype != torch.bfloat16 \
+            or model.device.type != "cpu" or not layer_k.has_avx512_bf16():
+        return None
+
+    def spec(linear):
+        bias = linear.bias
+        if isinstance(linear, PackedLinear):
+            return (0, linear.packed, None, bias, linear.out_features)
+        if isinstance(linear, Int8Linear) and linear.native and quant_k is not None:
+            return (1, linear.packed, linear.scales.float(), bias, linear.out_features)
+        if isinstance(linear, Int4Linear) and linear.native and quant_k is not None:
+            return (2, linear.packed, None, bias, linear.out_features)
+        return None
+
+    norm1, norm2, linears, eps = [], [], [], set()
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        if type(layer) is not DecoderLayer or not hasattr(attn, "qkv_proj") or not hasattr(mlp, "gate_up_proj"):
+            return None
+        specs = [spec(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+        if None in specs:
+            return None
+        linears += specs
+        norm1.append(layer.input_layernorm.weight)
+        norm2.append(layer.post_attention_layernorm.weight)
+        eps |= {layer.input_layernorm.eps, layer.post_attention_layernorm.eps}
+    if len(eps) != 1:
+        return None
+    cfg = model.cfg
+    return layer_k.DecoderPlan(norm1, norm2, eps.pop(), linears, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                               cfg.head_dim ** -0.5, attention_k.attend_ptr,
+                               getattr(quant_k, "int8_linear_ptr", None), getattr(quant_k, "int4_linear_ptr", None))

@@ -182,3 +182,38 @@ def test_packed_pass_equals_each_sequence_alone(tmp_path):
     for c_packed, c_alone, t in zip(packed_caches, caches(), new):
         model(t, c_alone)                                                # next token: the caches agree
         torch.testing.assert_close(model(t[:, :1], c_packed), model(t[:, :1], c_alone), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("weights", ["same", "int8", "int4"])
+def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypatch, weights):
+    """model.decoder_plan runs a CPU pass's layers in one native call: the same kernels in the
+    same order as the modules, so logits and the cache's K/V and last query are bitwise equal,
+    for the full and the retrieval cache, 1-token and 5-token passes, packed bf16 and native
+    int8/int4 linears, with a bias on the qkv projection (Qwen2)."""
+    from triforce.runtime import model as model_mod
+    from triforce.runtime.cache_retrieval import RetrievalCache
+    from triforce.runtime.ops import pack_linears
+    from triforce.runtime.quant import lower_level_copy
+    path = save_tiny(tmp_path, transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                     hidden_size=256, intermediate_size=320)   # head_dim 64; Qwen2: qkv bias
+    model = lower_level_copy(pack_linears(fuse_projections(load_model(path, "bf16"))), weights)
+    if model_mod.decoder_plan(model) is None:
+        pytest.skip("the native kernels (avx512_bf16) did not build here")
+    tokens = torch.randint(0, 320, (1, 40), generator=torch.Generator().manual_seed(0))
+
+    def run(one_call: bool, make_cache):
+        monkeypatch.setattr(model_mod, "decoder_plan", model_mod.decoder_plan if one_call else lambda m: None)
+        cache, logits = make_cache(), []
+        for chunk in (tokens[:, :30], tokens[:, 30:31], tokens[:, 31:36], tokens[:, 36:37]):
+            logits.append(model(chunk, cache))
+        return logits, cache
+
+    def retrieval():
+        return RetrievalCache(model.cfg, model.rope(64), 1, 32, 8, 24, model.device, model.dtype)
+
+    for make_cache in (lambda: full_cache(model, 64), retrieval):
+        (fast, c1), (slow, c2) = run(True, make_cache), run(False, make_cache)
+        assert all(torch.equal(a, b) for a, b in zip(fast, slow))
+        assert torch.equal(c1.k, c2.k) and torch.equal(c1.v, c2.v)
+        if hasattr(c1, "last_query"):
+            assert torch.equal(c1.last_query, c2.last_query)

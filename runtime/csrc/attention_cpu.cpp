@@ -645,5 +645,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "CPU attention for decode/verify: q [B,H,T,D], k/v [B,Hkv,S,D] -> [B,T,H,D]",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none());
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the fast (avx512_bf16) kernels were compiled in");
+  m.attr("attend_ptr") = py::capsule(reinterpret_cast<void*>(&attend), "triforce.attend");  // layer_cpu's DecoderPlan
   m.def("dot_bf16_default", &dot_bf16_default, "whether bf16 runs on vdpbf16ps when dot_bf16 is None (per CPU)");
 }

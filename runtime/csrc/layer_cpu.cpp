@@ -36,6 +36,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <tuple>
+#include <vector>
 #include <type_traits>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
@@ -346,6 +349,91 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
   return out;
 }
 
+
+// ---- a pass's decoder layers in one call ---------------------------------------------------------
+// At T = 1 a layer is ~45 torch ops and 8 module calls around its 7 kernels, 2-3 us each: ~3 ms
+// a 30-layer pass, as much as a 1,024-token middle level's weights take to read. DecoderPlan
+// runs the same kernels in the same order from C++ (the torch path in runtime/model.py is its
+// twin: tests/test_ops.py checks both give the same bits), for the common case: fused qkv and
+// gate_up projections, each linear packed bf16 (here) or native int8/int4 (quant_cpu, through a
+// function pointer its module exports), a cache that writes the T new tokens at slots
+// [start, start + T) of per-layer buffers [L, B, Hkv, capacity, D] with keys rotated by the
+// pass's tables, and attends to slots [0, start + T) (the full and retrieval caches).
+using AttendFn = torch::Tensor (*)(torch::Tensor, torch::Tensor, torch::Tensor, double, std::optional<bool>);
+using Int8Fn = torch::Tensor (*)(torch::Tensor, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, int64_t);
+using Int4Fn = torch::Tensor (*)(torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, int64_t);
+
+enum LinearKind : int64_t { PACKED_BF16 = 0, INT8 = 1, INT4 = 2 };
+using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tensor>, c10::optional<torch::Tensor>, int64_t>;
+
+template <typename F> F from_capsule(const c10::optional<py::capsule>& c) {
+  return c.has_value() ? reinterpret_cast<F>(c->get_pointer()) : nullptr;
+}
+
+class DecoderPlan {
+ public:
+  // linears: 4 per layer (qkv, o, gate_up, down), each (kind, packed, scales or None, bias or None, O)
+  DecoderPlan(std::vector<torch::Tensor> norm1, std::vector<torch::Tensor> norm2, double eps,
+              std::vector<LinearSpec> linears, int64_t H, int64_t Hkv, int64_t D, double scale,
+              py::capsule attend, c10::optional<py::capsule> int8, c10::optional<py::capsule> int4)
+      : norm1_(std::move(norm1)), norm2_(std::move(norm2)), eps_(eps), linears_(std::move(linears)),
+        H_(H), Hkv_(Hkv), D_(D), scale_(scale), attend_(from_capsule<AttendFn>(attend)),
+        int8_(from_capsule<Int8Fn>(int8)), int4_(from_capsule<Int4Fn>(int4)) {
+    TORCH_CHECK(linears_.size() == 4 * norm1_.size() && norm2_.size() == norm1_.size(),
+                "DecoderPlan: 4 linears and 2 norms per layer expected");
+    for (const auto& l : linears_) {
+      const int64_t kind = std::get<0>(l);
+      TORCH_CHECK((kind == PACKED_BF16 && has_avx512_bf16()) || (kind == INT8 && int8_) || (kind == INT4 && int4_),
+                  "DecoderPlan: linear kind ", kind, " has no kernel here");
+    }
+  }
+
+  // x [B, T, E] bf16, cos/sin [B, T, D]; k/v [L, B, Hkv, capacity, D]; writes slots [start, start + T)
+  // of every layer; last_query [L, B, H, D] gets each layer's last rotated query when given.
+  torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor k, torch::Tensor v,
+                    int64_t start, c10::optional<torch::Tensor> last_query) const {
+    const int64_t B = x.size(0), T = x.size(1), E = x.size(2), N = B * T, stop = start + T;
+    const int64_t HD = H_ * D_, KD = Hkv_ * D_, F = std::get<4>(linears_[2]) / 2;
+    TORCH_CHECK(k.dim() == 5 && k.size(0) == (int64_t)norm1_.size() && stop <= k.size(3),
+                "DecoderPlan.run: k [L, B, Hkv, capacity, D] with room for slots up to ", stop, ", got ", k.sizes());
+    x = x.reshape({N, E});
+    for (size_t l = 0; l < norm1_.size(); ++l) {
+      const LinearSpec* lin = &linears_[4 * l];
+      torch::Tensor qkv = linear(rms_norm(x, norm1_[l], eps_), lin[0]);                    // [N, HD + 2 KD]
+      auto q = qkv.narrow(1, 0, HD).view({B, T, H_, D_}).permute({0, 2, 1, 3});            // [B, H, T, D]
+      auto kn = qkv.narrow(1, HD, KD).view({B, T, Hkv_, D_}).permute({0, 2, 1, 3});        // [B, Hkv, T, D]
+      auto vn = qkv.narrow(1, HD + KD, KD).view({B, T, Hkv_, D_}).permute({0, 2, 1, 3});
+      auto qr = torch::empty({B, H_, T, D_}, x.options());
+      rope(q, cos, sin, qr);
+      auto keys = k.select(0, l), values = v.select(0, l);                                  // [B, Hkv, cap, D]
+      rope(kn, cos, sin, keys.narrow(2, start, T));
+      values.narrow(2, start, T).copy_(vn);
+      if (last_query.has_value()) last_query->select(0, l).copy_(qr.select(2, T - 1));
+      auto attn = attend_(qr, keys.narrow(2, 0, stop), values.narrow(2, 0, stop), scale_, std::nullopt);  // [B, T, H, D]
+      x = x + linear(attn.view({N, HD}), lin[1]);
+      torch::Tensor gate_up = linear(rms_norm(x, norm2_[l], eps_), lin[2]);                // [N, 2F]
+      x = x + linear(silu_mul(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F)), lin[3]);
+    }
+    return x.view({B, T, E});
+  }
+
+ private:
+  torch::Tensor linear(const torch::Tensor& x, const LinearSpec& l) const {
+    const auto& [kind, packed, scales, bias, O] = l;
+    if (kind == PACKED_BF16) return linear_packed(x, packed, bias, O);
+    if (kind == INT8) return int8_(x, packed, *scales, bias, O);
+    return int4_(x, packed, bias, O);
+  }
+
+  std::vector<torch::Tensor> norm1_, norm2_;
+  double eps_;
+  std::vector<LinearSpec> linears_;
+  int64_t H_, Hkv_, D_;
+  double scale_;
+  AttendFn attend_;
+  Int8Fn int8_;
+  Int4Fn int4_;
+};
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -358,4 +446,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("sin"), py::arg("out"));
   m.def("silu_mul", &silu_mul, "silu(gate) * up, both [..., F]", py::arg("gate"), py::arg("up"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the avx512_bf16 kernel was compiled in");
+  py::class_<DecoderPlan>(m, "DecoderPlan")
+      .def(py::init<std::vector<torch::Tensor>, std::vector<torch::Tensor>, double, std::vector<LinearSpec>,
+                    int64_t, int64_t, int64_t, double, py::capsule, c10::optional<py::capsule>, c10::optional<py::capsule>>())
+      .def("run", &DecoderPlan::run, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"),
+           py::arg("start"), py::arg("last_query") = py::none());
 }

@@ -267,6 +267,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("packed"), py::arg("scales"), py::arg("bias"), py::arg("out_features"));
   m.def("int4_linear", &int4_linear, "x [...,K] . ((q-8)*s+z)^T (+ bias) -> [...,O], packed int4 weights",
         py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
+  m.attr("int8_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int8_linear), "triforce.int8_linear");  // DecoderPlan
+  m.attr("int4_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int4_linear), "triforce.int4_linear");
   m.def("has_avx512_vnni", &has_avx512_vnni, "whether the avx512_vnni kernels were compiled in");
   m.def("has_avx512_bf16", &has_avx512_vnni, "same as has_avx512_vnni (the kernels need both; native build's report)");
 }
