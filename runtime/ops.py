@@ -9,7 +9,8 @@
 Why (runtime/csrc/layer_cpu.cpp has the details): a decode pass multiplies a few rows by every
 weight matrix, so it is bound by reading the weights, and torch's bf16 GEMM reads them at a
 fraction of the bandwidth for so few rows; and at T = 1 a layer's ~50 small torch ops (a few us
-each) cost as much as its weights. Everything else runs the torch twin: prefill chunks (many
+each) cost as much as its weights (model.decoder_plan then runs a whole pass's layers in one
+native call). Everything else runs the torch twin: an unpacked Linear's prefill chunks (many
 rows: torch's GEMM is compute-efficient), CUDA, fp16, autograd (training: the kernels have no
 backward), and machines where the kernels did not build. tests/test_ops.py checks each pair.
 
