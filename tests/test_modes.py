@@ -1,4 +1,4 @@
-"""Every mode on the real default model (fp32, greedy) emits exactly the tokens of `ar`: prompts
+"""Every mode on the real default model (fp32, greedy; and bf16 on the CPU kernels) emits exactly the tokens of `ar`: prompts
 whose lengths are not multiples of the chunk size, and generations that cross retrieval rebuilds.
 The drafter here is the target's first 4 layers (undistilled): a poor but honest drafter, which
 exercises rejections at every level."""
@@ -68,6 +68,22 @@ def test_every_mode_equals_ar_greedy(engine, kjv_ids, prompt_len):
         assert levels["target"]["drafted"] > 0, mode             # the target really verified drafts
         if mode in ("retrieval", "triforce"):
             assert levels["retrieval"]["rebuilds"] >= 2, mode   # 40 tokens cross rebuilds every 16
+
+
+@pytest.mark.slow
+def test_every_mode_equals_ar_greedy_in_bf16(default_model_dir, cut_drafter, kjv_ids):
+    """In bf16 too, on the CPU kernels: a T-token verify pass gives bitwise the logits of T 1-token
+    passes (packed linears, attention and glue are row-invariant, and the one-call path equals the
+    module path), so speculation cannot flip a near-tie. Quantized lower levels included."""
+    from triforce.runtime.model import decoder_plan
+    bf16 = Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter), dtype="bf16"))
+    if decoder_plan(bf16.model) is None:
+        pytest.skip("the native bf16 kernels did not build here (torch's GEMM rounds by row count)")
+    ids = kjv_ids[:203]
+    expected = run(bf16, ids, "ar", dtype="bf16").token_ids
+    for mode in MODES:
+        for lower in ({}, dict(middle_weights="int8", draft_weights="int4")):
+            assert run(bf16, ids, mode, dtype="bf16", **lower).token_ids == expected, (mode, lower)
 
 
 @pytest.mark.slow
