@@ -19,6 +19,7 @@ tokens of exactly the target's distribution (greedy: exactly `ar`'s tokens).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections import Counter
@@ -90,7 +91,7 @@ def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int,
 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
     """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token."""
-    memo = {}
+    memo, costs = {}, [functools.cache(c) for c in costs]   # each pass cost is interpolated once per T
     return min(((g, seconds_per_token(costs, alphas, g, memo)) for g in itertools.product(*allowed)), key=lambda c: c[1])
 
 
