@@ -92,7 +92,7 @@ class _QuantLinear(nn.Module):
 
     def __init__(self, linear: nn.Module, native: bool | None = None):
         super().__init__()
-        w = dense_weight(linear)
+        w = linear.weight    # dtype and device only (a PackedLinear's is its marker: no unpacking here)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("weight", torch.empty(0, dtype=w.dtype, device=w.device), persistent=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)

@@ -51,13 +51,7 @@
 #include <optional>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
-#define TF_AVX512 1
-#include <immintrin.h>
-#else
-#define TF_AVX512 0
-#endif
-#include "simd.h"
+#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
 
 namespace {
 

@@ -41,13 +41,7 @@
 #include <vector>
 #include <type_traits>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
-#define TF_AVX512 1
-#include <immintrin.h>
-#else
-#define TF_AVX512 0
-#endif
-#include "simd.h"
+#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
 
 namespace {
 
@@ -353,8 +347,8 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
 // ---- a pass's decoder layers in one call ---------------------------------------------------------
 // At T = 1 a layer is ~45 torch ops and 8 module calls around its 7 kernels, 2-3 us each: ~3 ms
 // a 30-layer pass, as much as a 1,024-token middle level's weights take to read. DecoderPlan
-// runs the same kernels in the same order from C++ (the torch path in runtime/model.py is its
-// twin: tests/test_ops.py checks both give the same bits), for the common case: fused qkv and
+// runs the same kernels in the same order from C++ (the module path in runtime/model.py is
+// its twin: tests/test_model_tiny.py checks both give the same bits), for the common case: fused qkv and
 // gate_up projections, each linear packed bf16 (here) or native int8/int4 (quant_cpu, through a
 // function pointer its module exports), a cache that writes the T new tokens at slots
 // [start, start + T) of per-layer buffers [L, B, Hkv, capacity, D] with keys rotated by the

@@ -1,5 +1,15 @@
-// Vector helpers shared by the kernels (included after a file's TF_AVX512 guard).
+// The AVX-512 feature guard and vector helpers shared by the attention and layer kernels.
+// TF_AVX512 is 1 where the build targets avx512f, avx512bw and avx512_bf16 (-march=native on such
+// a CPU), else 0 (the portable build): the kernels then compile their scalar paths only.
+// (quant_cpu.cpp has its own guard: it also needs avx512_vnni.)
 #pragma once
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#define TF_AVX512 1
+#include <immintrin.h>
+#else
+#define TF_AVX512 0
+#endif
 
 #if TF_AVX512
 // 2^x, 16 lanes: 2^n * p(f), n = round(x), |f| <= 0.5, Taylor degree 7 (rel. error < 1e-8).
