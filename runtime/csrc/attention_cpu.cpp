@@ -27,6 +27,10 @@
 //   dot_bf16=None picks dot on AMD CPUs, fma elsewhere (TRIFORCE_DOT_BF16=0/1 overrides);
 //   Zen 4 is assumed to behave like Zen 5 (not measured).
 // * Scores are raw q.k in fp32 (Q is not rounded again); softmax scales them by scale*log2(e).
+//   An item takes its keys a chunk at a time in two passes: the scores of the whole chunk (K
+//   read), then each row's chunk max, and exp + P.V block by block (V read, prefetched into L2
+//   during the first pass). So the softmax reduces and rescales once per chunk, not per block:
+//   1.05-1.1x at T = 8..16 and in prefill against rescaling per block (docs/BENCHMARKS.md).
 // * Software prefetch: the packers prefetch the rows PF_KEYS keys ahead, one prefetch per
 //   cache line they load, so each thread keeps enough reads in flight to stream at the memory
 //   roofline even for T = 1, where the products leave the core mostly idle.
@@ -171,9 +175,10 @@ void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uin
 }
 
 // ---- dot: the two block products ------------------------------------------------------------
-// S[r][n] = sum_u Q[r][u] . Kp[u][n]  (Q in 32-bit units of bf16 pairs, DU = D/2 units)
+// S[r][n] = sum_u Q[r][u] . Kp[u][n]  (Q in 32-bit units of bf16 pairs, DU = D/2 units; S rows
+// `lds` floats apart)
 template <int RB>
-void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S) {
+void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) {
   __m512 acc[RB][4];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
@@ -186,17 +191,15 @@ void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S) {
     }
   }
   for (int r = 0; r < RB; ++r)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(S + r * NB + 16 * j, acc[r][j]);
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(S + r * lds + 16 * j, acc[r][j]);
 }
 
-// O[r][:] = O[r][:] * alpha[r] + sum_np P[r][np] . Vp[np][:], on NV vectors of 16 lanes from j0.
+// O[r][:] += sum_np P[r][np] . Vp[np][:], on NV vectors of 16 lanes from j0.
 template <int RB, int NV>
-void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, const float* alpha, float* O) {
+void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
-  for (int r = 0; r < RB; ++r) {
-    __m512 a = _mm512_set1_ps(alpha[r]);
-    for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_mul_ps(_mm512_loadu_ps(O + r * D + 16 * (j0 + j)), a);
-  }
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
   for (int np = 0; np < NB / 2; ++np) {
     __m512bh vv[NV];
     for (int j = 0; j < NV; ++j) vv[j] = as_bh(_mm512_loadu_si512(Vp + np * D + 16 * (j0 + j)));
@@ -219,10 +222,9 @@ inline __m512 load16<at::Half>(const at::Half* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Kp[d][n] fp32, Vf[n][d] fp32
+// Kp[d][n] fp32
 template <typename scalar_t>
-void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss, int nk, int npf, int64_t D,
-                 float* Kp, float* Vf) {
+void pack_k_f32(const scalar_t* k, int64_t kss, int nk, int npf, int64_t D, float* Kp) {
   constexpr int per_line = 64 / sizeof(scalar_t);
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 16; ++h) {
@@ -236,6 +238,12 @@ void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss,
       for (int j = 0; j < 16; ++j) _mm512_storeu_si512(Kp + (16 * h + j) * NB + 16 * g, r[j]);
     }
   }
+}
+
+// Vf[n][d] fp32
+template <typename scalar_t>
+void pack_v_f32(const scalar_t* v, int64_t vss, int nk, int npf, int64_t D, float* Vf) {
+  constexpr int per_line = 64 / sizeof(scalar_t);
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 16; ++h) {
       if (n < npf && (16 * h) % per_line == 0) prefetch_line(v + (n + PF_KEYS) * vss + 16 * h);
@@ -244,9 +252,8 @@ void pack_kv_f32(const scalar_t* k, int64_t kss, const scalar_t* v, int64_t vss,
 }
 
 // bf16 for fma: Kp[d][n] fp32 from a transpose of 32-bit units (d pairs), each unit split by
-// shift/and (no shuffle port); Vf[n][i] fp32 in even/odd lane order (evenodd_dim).
-void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D,
-                      float* Kp, float* Vf) {
+// shift/and (no shuffle port)
+void pack_k_bf16_f32(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, float* Kp) {
   const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
@@ -263,6 +270,11 @@ void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t
       }
     }
   }
+}
+
+// bf16 for fma: Vf[n][i] fp32 in even/odd lane order (evenodd_dim).
+void pack_v_bf16_f32(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, float* Vf) {
+  const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 32; ++h) {
       if (n < npf) prefetch_line(v + (n + PF_KEYS) * vss + 32 * h);
@@ -273,7 +285,7 @@ void pack_kv_bf16_f32(const uint16_t* k, int64_t kss, const uint16_t* v, int64_t
 }
 
 template <int RB>
-void qk_f32(const float* Q, int64_t D, const float* Kp, float* S) {
+void qk_f32(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds) {
   __m512 acc[RB][4];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
@@ -286,16 +298,14 @@ void qk_f32(const float* Q, int64_t D, const float* Kp, float* S) {
     }
   }
   for (int r = 0; r < RB; ++r)
-    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(S + r * NB + 16 * j, acc[r][j]);
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(S + r * lds + 16 * j, acc[r][j]);
 }
 
 template <int RB, int NV>
-void pv_f32(const float* P, const float* Vf, int64_t D, int64_t j0, const float* alpha, float* O) {
+void pv_f32(const float* P, const float* Vf, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
-  for (int r = 0; r < RB; ++r) {
-    __m512 a = _mm512_set1_ps(alpha[r]);
-    for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_mul_ps(_mm512_loadu_ps(O + r * D + 16 * (j0 + j)), a);
-  }
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
   for (int n = 0; n < NB; ++n) {
     __m512 vv[NV];
     for (int j = 0; j < NV; ++j) vv[j] = _mm512_loadu_ps(Vf + n * D + 16 * (j0 + j));
@@ -322,50 +332,63 @@ void by_rows(int rb, A... a) {
     default: F<6>::run(a...); break;
   }
 }
-template <int RB> struct QKbf16 { static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S) { qk_bf16<RB>(Q, DU, Kp, S); } };
-template <int RB> struct QKf32 { static void run(const float* Q, int64_t D, const float* Kp, float* S) { qk_f32<RB>(Q, D, Kp, S); } };
+template <int RB> struct QKbf16 {
+  static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) { qk_bf16<RB>(Q, DU, Kp, S, lds); }
+};
+template <int RB> struct QKf32 {
+  static void run(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds) { qk_f32<RB>(Q, D, Kp, S, lds); }
+};
 template <int RB> struct PVbf16 {
-  static void run(const uint32_t* P, const uint32_t* Vp, int64_t D, const float* alpha, float* O) {
+  static void run(const uint32_t* P, const uint32_t* Vp, int64_t D, float* O) {
     int64_t j = 0;
-    for (; j + 4 <= D / 16; j += 4) pv_bf16<RB, 4>(P, Vp, D, j, alpha, O);
-    for (; j < D / 16; j += 2) pv_bf16<RB, 2>(P, Vp, D, j, alpha, O);
+    for (; j + 4 <= D / 16; j += 4) pv_bf16<RB, 4>(P, Vp, D, j, O);
+    for (; j < D / 16; j += 2) pv_bf16<RB, 2>(P, Vp, D, j, O);
   }
 };
 template <int RB> struct PVf32 {
-  static void run(const float* P, const float* Vf, int64_t D, const float* alpha, float* O) {
+  static void run(const float* P, const float* Vf, int64_t D, float* O) {
     int64_t j = 0;
-    for (; j + 4 <= D / 16; j += 4) pv_f32<RB, 4>(P, Vf, D, j, alpha, O);
-    for (; j < D / 16; ++j) pv_f32<RB, 1>(P, Vf, D, j, alpha, O);
+    for (; j + 4 <= D / 16; j += 4) pv_f32<RB, 4>(P, Vf, D, j, O);
+    for (; j < D / 16; ++j) pv_f32<RB, 1>(P, Vf, D, j, O);
   }
 };
 
-// Online softmax over one block for row r: raw scores -> P row, alpha; updates m, lvec.
-// `c` = scale * log2(e); `vis` = keys of the block the row may see (<= 0: none; >= NB: all).
-template <bool DOT>
-inline void softmax_row(const float* s, float c, int vis, float& m, float* lvec, float& alpha, void* prow) {
-  if (vis <= 0) {  // the whole block lies after this row's last visible key
-    alpha = 1.f;
-    std::memset(prow, 0, DOT ? NB * 2 : NB * 4);
-    return;
-  }
-  __m512 x[4];
-  __mmask16 keep[4];
-  const __m512 cv = _mm512_set1_ps(c);
+// Lane masks of a block for a row that sees its first `vis` keys (<= 0: none; >= NB: all).
+inline void visible_lanes(int vis, __mmask16 keep[4]) {
   for (int j = 0; j < 4; ++j) {
     int lo = vis - 16 * j;  // lanes >= lo are after the row's last key
     keep[j] = lo >= 16 ? (__mmask16)0xFFFF : lo <= 0 ? (__mmask16)0 : (__mmask16)((1u << lo) - 1);
-    x[j] = _mm512_mask_mul_ps(_mm512_set1_ps(NEG_INF), keep[j], _mm512_loadu_ps(s + 16 * j), cv);
   }
-  float bmax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(x[0], x[1]), _mm512_max_ps(x[2], x[3])));
-  float mnew = std::max(m, bmax);  // finite: lane 0 is visible
-  alpha = std::exp2(m - mnew);     // m = -inf -> 0
-  m = mnew;
-  __m512 mv = _mm512_set1_ps(mnew), sum = _mm512_setzero_ps();
+}
+
+// Largest raw score among the first `vis` (>= 1) of a row's `n` scores (one reduction per chunk).
+inline float row_max(const float* s, int vis) {
+  __m512 mx = _mm512_set1_ps(NEG_INF);
+  for (int n0 = 0; n0 < vis; n0 += NB) {
+    __mmask16 keep[4];
+    visible_lanes(vis - n0, keep);
+    for (int j = 0; j < 4; ++j) mx = _mm512_mask_max_ps(mx, keep[j], mx, _mm512_loadu_ps(s + n0 + 16 * j));
+  }
+  return _mm512_reduce_max_ps(mx);
+}
+
+// One block of a row: P = exp2(c*s - m) on the `vis` visible keys (0 elsewhere), summed into
+// lvec (fp32) and stored as bf16 (DOT, rounded as flash-attention does on GPUs) or fp32.
+template <bool DOT>
+inline void exp_row(const float* s, float c, float m, int vis, float* lvec, void* prow) {
+  if (vis <= 0) {  // the whole block lies after this row's last visible key
+    std::memset(prow, 0, DOT ? NB * 2 : NB * 4);
+    return;
+  }
+  __mmask16 keep[4];
+  visible_lanes(vis, keep);
+  const __m512 cv = _mm512_set1_ps(c), mv = _mm512_set1_ps(m);
+  __m512 x[4], sum = _mm512_loadu_ps(lvec);
   for (int j = 0; j < 4; ++j) {
-    x[j] = _mm512_maskz_mov_ps(keep[j], exp2_ps(_mm512_sub_ps(x[j], mv)));  // hidden lanes: exactly 0
+    x[j] = _mm512_maskz_mov_ps(keep[j], exp2_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + 16 * j), cv, mv)));  // hidden: exactly 0
     sum = _mm512_add_ps(sum, x[j]);
   }
-  _mm512_storeu_ps(lvec, _mm512_fmadd_ps(_mm512_loadu_ps(lvec), _mm512_set1_ps(alpha), sum));
+  _mm512_storeu_ps(lvec, sum);
   if (DOT) {
     auto* p = static_cast<uint32_t*>(prow);
     _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(x[1], x[0]));
@@ -378,6 +401,9 @@ inline void softmax_row(const float* s, float c, int vis, float& m, float* lvec,
 
 // One work item: rows r0 .. r0 + R of kv head (b, h) against keys [c0, c1) -> m, l (log2
 // units) and the unnormalized acc [R, D] (lane order of the variant).
+// Keys go in position-aligned chunks of CHUNK, each in two passes: scores of the whole chunk
+// (K read), then each row's chunk max, and exp + the P.V product (V read). So the softmax
+// reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 template <typename scalar_t, bool DOT>
 void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
               int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc) {
@@ -385,9 +411,8 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   static_assert(BF16_IN || !DOT, "vdpbf16ps products take bf16 inputs");
   const int64_t D = sh.D;
   thread_local std::vector<float> buf;
-  float* Kp = scratch(buf, 2 * D * NB + 2 * R * NB + R * 16 + R + R * D);
-  float *Vb = Kp + D * NB, *S = Vb + D * NB, *P = S + R * NB, *lvec = P + R * NB, *alpha = lvec + R * 16;
-  float* Qf = alpha + R;
+  float* Kp = scratch(buf, 2 * D * NB + R * CHUNK + R * NB + R * 16 + R * D);
+  float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + R * CHUNK, *lvec = P + R * NB, *Qf = lvec + R * 16;
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
   for (int64_t r = 0; r < R; ++r) {
     int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
@@ -400,40 +425,67 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(acc, acc + R * D, 0.f);
-  for (int64_t n0 = c0; n0 < c1; n0 += NB) {
-    const int nk = (int)std::min<int64_t>(NB, c1 - n0);
-    // rows PF_KEYS ahead that exist (they may lie in the next chunk: usually this thread's next item)
-    const int npf = (int)std::clamp<int64_t>(sh.S - (n0 + PF_KEYS), 0, NB);
-    if (DOT) {
-      pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
-      pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
-    } else if constexpr (BF16_IN) {
-      pack_kv_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss,
-                       reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Kp, Vb);
-    } else {
-      pack_kv_f32(k + n0 * sh.kss, sh.kss, v + n0 * sh.vss, sh.vss, nk, npf, D, Kp, Vb);
-    }
-    for (int64_t r = 0; r < R; r += RBMAX) {
-      int rb = (int)std::min<int64_t>(RBMAX, R - r);
+  // keys of [n0, n0 + n) row r sees (negative: none)
+  auto visible = [&](int64_t r, int64_t n0, int64_t n) { return std::min<int64_t>(sh.S - sh.T + (r0 + r) % sh.T - n0 + 1, n); };
+  for (int64_t cc0 = c0; cc0 < c1; cc0 += CHUNK) {
+    const int64_t cc1 = std::min<int64_t>(cc0 + CHUNK, c1);
+    // pass 1: raw scores Sc[r][n - cc0]
+    for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
+      const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
+      // rows PF_KEYS ahead that exist (they may lie in the next chunk: usually this thread's next item)
+      const int npf = (int)std::clamp<int64_t>(sh.S - (n0 + PF_KEYS), 0, NB);
+      for (int n = 0; n < nk; ++n)  // this block's V rows, into L2 for pass 2
+        for (int64_t off = 0; off < D * (int64_t)sizeof(scalar_t); off += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(v + (n0 + n) * sh.vss) + off, _MM_HINT_T1);
       if (DOT)
-        by_rows<QKbf16>(rb, reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2,
-                        (const uint32_t*)reinterpret_cast<uint32_t*>(Kp), S + r * NB);
+        pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
+      else if constexpr (BF16_IN)
+        pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, Kp);
       else
-        by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, S + r * NB);
+        pack_k_f32(k + n0 * sh.kss, sh.kss, nk, npf, D, Kp);
+      for (int64_t r = 0; r < R; r += RBMAX) {
+        int rb = (int)std::min<int64_t>(RBMAX, R - r);
+        if (DOT)
+          by_rows<QKbf16>(rb, reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2,
+                          (const uint32_t*)reinterpret_cast<uint32_t*>(Kp), Sc + r * CHUNK + (n0 - cc0), (int64_t)CHUNK);
+        else
+          by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, Sc + r * CHUNK + (n0 - cc0), (int64_t)CHUNK);
+      }
     }
+    // each row's new max; rescale what earlier chunks accumulated (never for a decode item)
     for (int64_t r = 0; r < R; ++r) {
-      int64_t t = (r0 + r) % sh.T;
-      int64_t vis = std::min<int64_t>(sh.S - sh.T + t - n0 + 1, nk);  // keys of the block row r sees
-      void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
-      softmax_row<DOT>(S + r * NB, sh.c, (int)std::max<int64_t>(vis, 0), m[r], lvec + r * 16, alpha[r], prow);
+      const int64_t vis = visible(r, cc0, cc1 - cc0);
+      if (vis <= 0) continue;
+      const float mnew = std::max(m[r], sh.c * row_max(Sc + r * CHUNK, (int)vis));
+      if (m[r] != NEG_INF && mnew != m[r]) {
+        const __m512 a = _mm512_set1_ps(std::exp2(m[r] - mnew));
+        _mm512_storeu_ps(lvec + r * 16, _mm512_mul_ps(_mm512_loadu_ps(lvec + r * 16), a));
+        for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(acc + r * D + d, _mm512_mul_ps(_mm512_loadu_ps(acc + r * D + d), a));
+      }
+      m[r] = mnew;
     }
-    for (int64_t r = 0; r < R; r += RBMAX) {
-      int rb = (int)std::min<int64_t>(RBMAX, R - r);
+    // pass 2: P = exp2(c*s - m) per block, O += P . V
+    for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
+      const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
+      const int npf = (int)std::clamp<int64_t>(std::min<int64_t>(cc1, sh.S) - (n0 + PF_KEYS), 0, NB);
       if (DOT)
-        by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
-                        (const uint32_t*)reinterpret_cast<uint32_t*>(Vb), D, (const float*)alpha + r, acc + r * D);
+        pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
+      else if constexpr (BF16_IN)
+        pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Vb);
       else
-        by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, (const float*)alpha + r, acc + r * D);
+        pack_v_f32(v + n0 * sh.vss, sh.vss, nk, npf, D, Vb);
+      for (int64_t r = 0; r < R; ++r) {
+        void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
+        exp_row<DOT>(Sc + r * CHUNK + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
+      }
+      for (int64_t r = 0; r < R; r += RBMAX) {
+        int rb = (int)std::min<int64_t>(RBMAX, R - r);
+        if (DOT)
+          by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
+                          (const uint32_t*)reinterpret_cast<uint32_t*>(Vb), D, acc + r * D);
+        else
+          by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, acc + r * D);
+      }
     }
   }
   for (int64_t r = 0; r < R; ++r) l[r] = _mm512_reduce_add_ps(_mm512_loadu_ps(lvec + r * 16));
