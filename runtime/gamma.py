@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 import torch
 
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
-PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
-PRIOR_WEIGHT = 8            # ... worth this many drafted tokens
-EXPLORE_TOKENS = 24         # a level is switched off (γ = 0) only after verifying this many drafts
+PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything (optimistic:
+PRIOR_WEIGHT = 8            # ... worth this many drafted tokens; a level that pays at the prior is
+                            # tried, and switched off once what it drafted says it does not pay)
+ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
 PROBE_POINTS = (1, 2, 4, 8, 16)  # pass lengths timed at start-up (up to each level's γ cap + 1)
 
 
@@ -132,6 +133,7 @@ class GammaTuner:
     gammas: tuple[int, ...] = ()
     predicted: float = 0.0                    # seconds per token of the current choice
     chosen: Counter = field(default_factory=Counter)
+    choices: dict = field(default_factory=dict)   # rounded acceptances -> (γs, seconds per token)
 
     @classmethod
     def start(cls, stack, caps: tuple[int, ...]) -> "GammaTuner":
@@ -146,9 +148,13 @@ class GammaTuner:
                 for lv in self.stack[1:]]
 
     def pick(self) -> tuple[int, ...]:
-        allowed = [range(0 if lv.stats.drafted >= EXPLORE_TOKENS or cap == 0 else 1, cap + 1)
-                   for lv, cap in zip(self.stack[1:], self.caps)]
-        self.gammas, self.predicted = choose(self.costs, self.alphas(), allowed)
+        """The γs for the next round. No level is forced to speculate: the optimistic prior is what
+        makes a level worth trying. A forced γ1 >= 1 used to make the tuner shun γ2 >= 2 (the only
+        γ2 that consults the drafter) while a poor drafter explored, for dozens of rounds."""
+        alphas = tuple(round(a / ALPHA_STEP) * ALPHA_STEP for a in self.alphas())
+        if alphas not in self.choices:
+            self.choices[alphas] = choose(self.costs, list(alphas), [range(0, cap + 1) for cap in self.caps])
+        self.gammas, self.predicted = self.choices[alphas]
         return self.gammas
 
     def __call__(self, decoder) -> None:

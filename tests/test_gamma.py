@@ -2,7 +2,9 @@
 every mode it tunes still emits exactly `ar`'s greedy tokens while its choice lands in stats."""
 import pytest
 
-from triforce.runtime.gamma import PassCost, auto_caps, choose, expected_tokens, seconds_per_token
+from types import SimpleNamespace
+
+from triforce.runtime.gamma import GammaTuner, PassCost, auto_caps, choose, expected_tokens, seconds_per_token
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
 
@@ -36,6 +38,25 @@ def test_choose_speculates_deeply_when_verification_is_free_and_not_at_all_when_
     dear = PassCost(((1, 0.010), (13, 0.130)))        # a CPU-like verifier: cost grows with T
     gammas, best = choose([PassCost(((1, 0.009),)), dear], [0.3], [range(0, 13)])
     assert gammas == (0,) and best == dear(1)
+
+
+def test_tuner_never_forces_a_level_that_does_not_pay():
+    """A drafter that costs as much as the middle level does not pay even at the prior acceptance:
+    the tuner leaves it out from the first round and still speculates with the middle level
+    (forcing γ1 >= 1 until the drafter had drafted enough made it shun every γ2 >= 2)."""
+    def level(drafted=0, accepted=0):
+        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted))
+    costs = [PassCost(((1, 0.005),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
+    tuner = GammaTuner([level(), level(), level(drafted=40, accepted=36)], costs, caps=(4, 12))
+    g1, g2 = tuner.pick()
+    assert g1 == 0 and g2 >= 2
+    assert tuner.predicted == pytest.approx(seconds_per_token(costs, tuner.alphas(), (0, g2)), rel=0.02)
+    # a drafter that pays at the prior is tried; once it has drafted poorly it is switched off
+    costs[0] = PassCost(((1, 0.001),))
+    tuner = GammaTuner([level(), level(), level(drafted=40, accepted=36)], costs, caps=(4, 12))
+    assert tuner.pick()[0] >= 1
+    tuner.stack[1].stats.drafted, tuner.stack[1].stats.accepted = 30, 1
+    assert tuner.pick()[0] == 0
 
 
 def test_auto_caps_never_exceed_the_tokens_left():
