@@ -75,18 +75,18 @@ def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int,
     probability α^a (1 - α), all k with α^k, plus the recovered or bonus token)."""
     if level == 0:
         return n * costs[0](1)
-    key = (level, n, gammas[:level])     # the levels below `level` use only these γs
-    if memo is not None and key in memo:
-        return memo[key]
+    key = (level, gammas[:level])       # the levels below `level` use only these γs
+    expected = memo.get(key) if memo is not None else None
+    if expected is None:
+        expected = [0.0]                # expected[m]: seconds to produce the last m tokens
     gamma, alpha = gammas[level - 1], alphas[level - 1]
-    expected = [0.0] * (n + 1)          # expected[m]: seconds to produce the last m tokens
-    for m in range(1, n + 1):
+    for m in range(len(expected), n + 1):   # each m needs only smaller ones: extend what is known
         k = min(gamma, m - 1)
         round_s = (draft_seconds(costs, alphas, gammas, level - 1, k, memo) if k else 0.0) + costs[level](k + 1)
         emitted = [alpha ** a * (1 - alpha) for a in range(k)] + [alpha ** k]   # P(a accepted), a = 0..k
-        expected[m] = round_s + sum(p * expected[m - a - 1] for a, p in enumerate(emitted))
+        expected.append(round_s + sum(p * expected[m - a - 1] for a, p in enumerate(emitted)))
     if memo is not None:
-        memo[key] = expected[n]
+        memo[key] = expected
     return expected[n]
 
 
