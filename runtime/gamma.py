@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import torch
 
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
-PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything (optimistic:
-PRIOR_WEIGHT = 8            # ... worth this many drafted tokens; a level that pays at the prior is
-                            # tried, and switched off once what it drafted says it does not pay)
+PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
+PRIOR_WEIGHT = 8            # ... worth this many drafted tokens
+EXPLORE_TOKENS = 24         # a level proposes at least 1 token, when its verifier runs, until it has drafted this many
 ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
 PROBE_POINTS = (1, 2, 4, 8, 16)  # pass lengths timed at start-up (up to each level's γ cap + 1)
 
@@ -148,13 +148,24 @@ class GammaTuner:
                 for lv in self.stack[1:]]
 
     def pick(self) -> tuple[int, ...]:
-        """The γs for the next round. No level is forced to speculate: the optimistic prior is what
-        makes a level worth trying. A forced γ1 >= 1 used to make the tuner shun γ2 >= 2 (the only
-        γ2 that consults the drafter) while a poor drafter explored, for dozens of rounds."""
+        """The γs for the next round: the cost model's optimum over every γ (0 included), then
+        exploration: a level that has drafted fewer than EXPLORE_TOKENS tokens proposes at least 1
+        in rounds that consult it (the drafter only when γ2 >= 2). Forcing γ1 >= 1 inside the
+        optimum instead made the tuner shun every γ2 >= 2 while a poor drafter explored."""
         alphas = tuple(round(a / ALPHA_STEP) * ALPHA_STEP for a in self.alphas())
-        if alphas not in self.choices:
-            self.choices[alphas] = choose(self.costs, list(alphas), [range(0, cap + 1) for cap in self.caps])
-        self.gammas, self.predicted = self.choices[alphas]
+        exploring = tuple(lv.stats.drafted < EXPLORE_TOKENS for lv in self.stack[1:])
+        key = (alphas, exploring)
+        if key not in self.choices:
+            gammas, predicted = choose(self.costs, list(alphas), [range(0, cap + 1) for cap in self.caps])
+            explored = list(gammas)
+            for i in reversed(range(len(explored))):   # the top verifier's proposer first
+                if exploring[i] and explored[i] == 0 and self.caps[i] > 0 and all(g >= 2 for g in explored[i + 1:]):
+                    explored[i] = 1
+            if explored != list(gammas):
+                gammas = tuple(explored)
+                predicted = seconds_per_token(self.costs, list(alphas), gammas)
+            self.choices[key] = (gammas, predicted)
+        self.gammas, self.predicted = self.choices[key]
         return self.gammas
 
     def __call__(self, decoder) -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from types import SimpleNamespace
 
-from triforce.runtime.gamma import GammaTuner, PassCost, auto_caps, choose, expected_tokens, seconds_per_token
+from triforce.runtime.gamma import EXPLORE_TOKENS, GammaTuner, PassCost, auto_caps, choose, expected_tokens, seconds_per_token
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
 
@@ -40,23 +40,33 @@ def test_choose_speculates_deeply_when_verification_is_free_and_not_at_all_when_
     assert gammas == (0,) and best == dear(1)
 
 
-def test_tuner_never_forces_a_level_that_does_not_pay():
-    """A drafter that costs as much as the middle level does not pay even at the prior acceptance:
-    the tuner leaves it out from the first round and still speculates with the middle level
-    (forcing γ1 >= 1 until the drafter had drafted enough made it shun every γ2 >= 2)."""
+def test_tuner_explores_a_level_without_distorting_the_levels_above():
+    """A drafter that costs as much as the middle level does not pay. While it explores (fewer than
+    EXPLORE_TOKENS drafted) it proposes 1 token in rounds that consult it, and the middle level
+    still speculates as deep as the cost model wants (forcing γ1 >= 1 inside the optimum made the
+    tuner shun every γ2 >= 2, the only γ2 that consults the drafter); once explored it is dropped."""
     def level(drafted=0, accepted=0):
         return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted))
     costs = [PassCost(((1, 0.005),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
     tuner = GammaTuner([level(), level(), level(drafted=40, accepted=36)], costs, caps=(4, 12))
     g1, g2 = tuner.pick()
+    unexplored, _ = choose(costs, tuner.alphas(), [range(0, 5), range(0, 13)])
+    assert unexplored[0] == 0 and g2 == unexplored[1] >= 2 and g1 == 1
+    tuner.stack[1].stats.drafted, tuner.stack[1].stats.accepted = EXPLORE_TOKENS, 2
+    g1, g2 = tuner.pick()
     assert g1 == 0 and g2 >= 2
     assert tuner.predicted == pytest.approx(seconds_per_token(costs, tuner.alphas(), (0, g2)), rel=0.02)
-    # a drafter that pays at the prior is tried; once it has drafted poorly it is switched off
+    # a drafter that pays at the prior is chosen by the optimum itself; poor drafts switch it off
     costs[0] = PassCost(((1, 0.001),))
-    tuner = GammaTuner([level(), level(), level(drafted=40, accepted=36)], costs, caps=(4, 12))
+    tuner = GammaTuner([level(), level(drafted=EXPLORE_TOKENS, accepted=12), level(drafted=40, accepted=36)],
+                       costs, caps=(4, 12))
     assert tuner.pick()[0] >= 1
     tuner.stack[1].stats.drafted, tuner.stack[1].stats.accepted = 30, 1
     assert tuner.pick()[0] == 0
+    # the target's proposer explores too: at least 1 token even where the prior says speculation does not pay
+    dear = PassCost(((1, 0.010), (13, 0.130)))
+    tuner = GammaTuner([level(), level(), level()], [costs[0], PassCost(((1, 0.009),)), dear], caps=(4, 12))
+    assert choose(tuner.costs, tuner.alphas(), [range(0, 5), range(0, 13)])[0][1] == 0 and tuner.pick()[1] == 1
 
 
 def test_auto_caps_never_exceed_the_tokens_left():

@@ -71,9 +71,23 @@ def measure_ours(engine: Engine, ids: list[int], run: RunConfig, repeats: int) -
     run.seed, run.seed + 1, ... (at T > 0 each repeat draws its own sample; at T = 0 all agree).
     Times are medians with spread; acceptance and tokens per target pass are pooled over the
     repeats (accepted / drafted summed)."""
-    warm = generate_unstopped(engine, ids, run)
-    results = [generate_unstopped(engine, ids, dataclasses.replace(run, seed=run.seed + i)) for i in range(repeats)]
-    stats = [r.stats for r in results]
+    return measure_side_by_side(engine, ids, [run], repeats)[0]
+
+
+def measure_side_by_side(engine: Engine, ids: list[int], runs: list[RunConfig], repeats: int) -> list[dict]:
+    """measure_ours for several configurations whose ratios matter (the modes against `ar`): every
+    warm-up first, then the repeats round-robin (repeat i of each configuration, then repeat
+    i + 1), so that a machine that drifts while they run (a shared host) moves all alike."""
+    warm = [generate_unstopped(engine, ids, run) for run in runs]   # dropped, but for their prefill time
+    results = [[] for _ in runs]
+    for i in range(repeats):
+        for run, out in zip(runs, results):
+            out.append(generate_unstopped(engine, ids, dataclasses.replace(run, seed=run.seed + i)))
+    return [summarize(run, ids, [r.stats for r in out], w.stats["prefill_s"]) for run, out, w in zip(runs, results, warm)]
+
+
+def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_s: float) -> dict:
+    """One configuration's row from its repeats' stats."""
     levels = {}
     for name in stats[0]["levels"]:
         drafted = sum(s["levels"][name]["drafted"] for s in stats)
@@ -85,8 +99,8 @@ def measure_ours(engine: Engine, ids: list[int], run: RunConfig, repeats: int) -
     tokens = sum(s["new_tokens"] for s in stats)
     passes = sum(s["target_passes"] for s in stats)
     return dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
-                repeats=repeats, ms_per_token=spread([s["ms_per_token"] for s in stats]),
-                prefill_s=spread([s["prefill_s"] for s in stats]), warmup_prefill_s=warm.stats["prefill_s"],
+                repeats=len(stats), ms_per_token=spread([s["ms_per_token"] for s in stats]),
+                prefill_s=spread([s["prefill_s"] for s in stats]), warmup_prefill_s=warmup_prefill_s,
                 tokens_per_target_pass=round(tokens / passes, 3) if passes else None,
                 acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
                 levels=levels)

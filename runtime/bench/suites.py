@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from triforce.runtime.bench import plots
-from triforce.runtime.bench.measure import hf_sampling, measure_hf, measure_ours, pass_cost
+from triforce.runtime.bench.measure import hf_sampling, measure_hf, measure_ours, measure_side_by_side, pass_cost
 from triforce.runtime.bench.registry import SUITES, register
 from triforce.runtime.bench.report import acceptance_cell, fmt, markdown_table, ms_cell
 from triforce.runtime.config import RunConfig
@@ -78,8 +78,8 @@ def peer_rows(engine: Engine, hf_target, hf_drafter, ids: list[int], run: RunCon
     """ar and triforce (ours), transformers' generate and assisted generation (same drafter),
     same prompt and sampling (llama.cpp, when given, is added per dtype by suite_peers)."""
     sampling = hf_sampling(run.temperature, run.top_p)
-    rows = [dict(system="ours ar", **measure_ours(engine, ids, dataclasses.replace(run, mode="ar"), repeats)),
-            dict(system="ours triforce", **measure_ours(engine, ids, dataclasses.replace(run, mode="triforce"), repeats)),
+    ours = measure_side_by_side(engine, ids, [dataclasses.replace(run, mode=m) for m in ("ar", "triforce")], repeats)
+    rows = [dict(system="ours ar", **ours[0]), dict(system="ours triforce", **ours[1]),
             dict(system="transformers generate", mode="ar",
                  **measure_hf(hf_target, ids, run.max_new_tokens, repeats, sampling)),
             dict(system="transformers assisted", mode="spec",
@@ -183,9 +183,9 @@ def suite_modes(args: argparse.Namespace) -> dict:
     for context in contexts:
         ids = prompt_ids(engine, args, context)
         for temperature in args.temperatures:
-            ar_ms = None
-            for mode in args.modes:
-                row = measure_ours(engine, ids, dataclasses.replace(run, mode=mode, temperature=temperature), args.repeats)
+            ar_ms = None   # the modes' repeats run round-robin: their ratios to ar are side by side
+            runs = [dataclasses.replace(run, mode=mode, temperature=temperature) for mode in args.modes]
+            for mode, row in zip(args.modes, measure_side_by_side(engine, ids, runs, args.repeats)):
                 target_prefill.setdefault(context, row["warmup_prefill_s"])
                 ar_ms = row["ms_per_token"]["median"] if mode == "ar" else ar_ms
                 row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
