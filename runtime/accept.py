@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from triforce.runtime.sampling import residual, sample
+from triforce.runtime.sampling import excess, sample
 
 
 def accept(
@@ -59,10 +59,10 @@ def accept(
 
     rows = torch.arange(B, device=draft_tokens.device)
     p_next = target_probs[rows, num_accepted]                            # [B, V]
-    # Bonus rows have no q at position K; clamp only to index something, torch.where drops it.
-    q_next = draft_probs[rows, num_accepted.clamp(max=K - 1)]            # [B, V]
-    next_probs = torch.where(all_accepted.unsqueeze(-1), p_next, residual(p_next, q_next))
-    return num_accepted, sample(next_probs, generator)
+    # Bonus rows have no q at position K: theirs is zeroed (the clamp only indexes something),
+    # so that their excess max(0, p - 0) is p itself.
+    q_next = draft_probs[rows, num_accepted.clamp(max=K - 1)] * ~all_accepted.unsqueeze(-1)   # [B, V]
+    return num_accepted, sample(excess(p_next, q_next), generator)      # sample() normalizes
 
 
 def emitted_tokens(

@@ -118,22 +118,39 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """One token per row, reproducible for a seeded generator (on the same device as probs).
 
     Inverse CDF: one uniform u per row and the first token whose cumulative mass (fp64) exceeds
-    u times the row's mass. A token of probability 0 adds nothing to the sum, so it can never be
-    drawn, and a one-hot (greedy) row always gives its argmax. torch.multinomial draws one
-    exponential per vocabulary entry (0.9 ms a row for V = 49,152 on 2 cores, once per round at
-    every level); this is a cumulative sum and a binary search (~0.05 ms).
+    u times the row's mass. Rows need not sum to 1 (the residual's excess is drawn from as it
+    is). A token of weight 0 adds nothing to the sum, so it can never be drawn, and a one-hot
+    (greedy) row always gives its argmax. torch.multinomial draws one exponential per vocabulary
+    entry (0.9 ms a row for V = 49,152 on 2 cores, once per round at every level); this is a
+    cumulative sum and a binary search (~0.05 ms).
 
-    # probs   [..., V] (typically [B, V])
+    # probs   [..., V] (typically [B, V]) non-negative weights
     # returns [...] int64
     """
     flat = probs.reshape(-1, probs.shape[-1])                            # [N, V]
     cdf = flat.double().cumsum(dim=-1)                                   # [N, V]
+    mass = cdf[:, -1:]                                                   # [N, 1]
     u = torch.rand((flat.shape[0], 1), generator=generator, dtype=torch.float64, device=flat.device)
-    drawn = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)         # [N, 1]
-    # u * mass rounding up to the whole mass (u < 1: probability ~2^-53) would fall past the row;
-    # that row then takes its argmax, a token of positive probability.
-    drawn = torch.where(drawn < flat.shape[-1], drawn, flat.argmax(dim=-1, keepdim=True))
+    # u < 1, but u * mass may round up to mass (probability ~2^-53); below mass, the first cdf
+    # entry above the target always belongs to a token of positive weight.
+    target = torch.minimum(u * mass, torch.nextafter(mass, torch.zeros_like(mass)))
+    drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=flat.shape[-1] - 1)   # [N, 1]
     return drawn.reshape(probs.shape[:-1])
+
+
+def excess(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """max(0, p - q), unnormalized: the weights a rejected draft samples its recovered token from
+    (sample() normalizes). Where it has no mass, p.
+
+    # p, q    [..., V] verifier and drafter distributions
+    # returns [..., V]
+    """
+    e = (p - q).clamp_min(0.0)                                           # [..., V]
+    # In exact arithmetic a rejection implies p(x) < q(x) for the drafted x, hence mass > 0.
+    # Float round-off can still leave no mass when p and q agree to the last bit elsewhere; then
+    # p itself is the right answer (p == q means the residual is undefined and p is what the
+    # verifier wants).
+    return e + p * (e.sum(dim=-1, keepdim=True) == 0)                    # e is all 0 where p is added
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -142,10 +159,5 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     # p, q    [..., V] verifier and drafter distributions
     # returns [..., V]
     """
-    excess = (p - q).clamp_min(0.0)                                      # [..., V]
-    mass = excess.sum(dim=-1, keepdim=True)                              # [..., 1]
-    # In exact arithmetic a rejection implies p(x) < q(x) for the drafted x, hence mass > 0.
-    # Float round-off can still leave mass == 0 when p and q agree to the last bit elsewhere;
-    # then p itself is the right answer (p == q means the residual is undefined and p is what
-    # the verifier wants), and we never divide 0 by 0.
-    return torch.where(mass > 0, excess / mass.clamp_min(torch.finfo(excess.dtype).tiny), p)
+    e = excess(p, q)
+    return e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(e.dtype).tiny)

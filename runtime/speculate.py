@@ -16,7 +16,7 @@ is a valid draft for the target: stacking the rule twice is TriForce, lossless a
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -135,7 +135,6 @@ class SpecDecoder:
     seq: list[int]                      # committed tokens, prompt included
     generator: torch.Generator
     on_round: object = None             # called after each step (e.g. the retrieval rebuild policy)
-    stats: dict = field(default_factory=dict)
 
     def step(self, budget: int) -> list[int]:
         k = 0 if len(self.stack) == 1 else min(self.gammas[-1], budget - 1)
@@ -145,8 +144,12 @@ class SpecDecoder:
             level.commit(self.seq)
         if self.on_round:
             self.on_round(self)
-        self.stats = level_stats(self.stack)
         return new
+
+    @property
+    def stats(self) -> dict:
+        """Per-level figures so far (built when read: the loop reads them once, at the end)."""
+        return level_stats(self.stack)
 
 
 def level_stats(stack: list[Level]) -> dict:
