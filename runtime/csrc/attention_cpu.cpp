@@ -28,9 +28,10 @@
 //   Zen 4 is assumed to behave like Zen 5 (not measured).
 // * Scores are raw q.k in fp32 (Q is not rounded again); softmax scales them by scale*log2(e).
 //   An item takes its keys a chunk at a time in two passes: the scores of the whole chunk (K
-//   read), then each row's chunk max, and exp + P.V block by block (V read, prefetched into L2
-//   during the first pass). So the softmax reduces and rescales once per chunk, not per block:
-//   1.05-1.1x at T = 8..16 and in prefill against rescaling per block (docs/BENCHMARKS.md).
+//   read), then each row's chunk max, and exp + P.V block by block (V read). So the softmax
+//   reduces and rescales once per chunk, not per block: 1.1-1.2x at T = 1..16 and ~1.1x in
+//   prefill against rescaling per block (docs/BENCHMARKS.md). (Prefetching V into L2 during the
+//   first pass cost 7-12%: the prefetch instructions, not the memory, were the price.)
 // * Software prefetch: the packers prefetch the rows PF_KEYS keys ahead, one prefetch per
 //   cache line they load, so each thread keeps enough reads in flight to stream at the memory
 //   roofline even for T = 1, where the products leave the core mostly idle.
@@ -434,9 +435,6 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
       // rows PF_KEYS ahead that exist (they may lie in the next chunk: usually this thread's next item)
       const int npf = (int)std::clamp<int64_t>(sh.S - (n0 + PF_KEYS), 0, NB);
-      for (int n = 0; n < nk; ++n)  // this block's V rows, into L2 for pass 2
-        for (int64_t off = 0; off < D * (int64_t)sizeof(scalar_t); off += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(v + (n0 + n) * sh.vss) + off, _MM_HINT_T1);
       if (DOT)
         pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
       else if constexpr (BF16_IN)
