@@ -114,3 +114,14 @@ def test_repro_refuses_missing_checkpoints_and_cpu(tmp_path, capsys, default_mod
         assert main(["bench", "--suite", "repro", "--setting", "a100", "--target", str(default_model_dir),
                      "--draft", str(default_model_dir)]) == 2
         assert "CUDA" in capsys.readouterr().err
+
+
+def test_paired_speedup_is_the_median_of_per_repeat_ratios():
+    from triforce.runtime.bench.suites import paired_speedup, speedup
+    # repeat i of each mode ran side by side; the host was slow for ar's 2nd and 3rd repeats and
+    # for triforce's 3rd: per pair the ratios are 2, 3, 1.5, whatever the medians say
+    ar = dict(ms_per_token=dict(median=30.0, all=[10.0, 30.0, 30.0]))
+    tf = dict(ms_per_token=dict(median=10.0, all=[5.0, 10.0, 20.0]))
+    assert paired_speedup(ar, tf) == 2.0
+    assert speedup(ar["ms_per_token"]["median"], tf["ms_per_token"]["median"]) == 3.0
+    assert paired_speedup(None, tf) is None

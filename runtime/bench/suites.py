@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 from pathlib import Path
 
 from triforce.runtime.bench import plots
@@ -72,6 +73,15 @@ def speedup(ar_ms: float | None, ms: float) -> float | None:
     return round(ar_ms / ms, 3) if ar_ms and ms else None
 
 
+def paired_speedup(ar_row: dict | None, row: dict) -> float | None:
+    """Median over repeats i of ar_i / ms_i: repeats that ran side by side (measure_side_by_side)
+    share the host's state at that moment, so this cancels drift that the ratio of medians keeps."""
+    if not ar_row:
+        return None
+    pairs = [a / b for a, b in zip(ar_row["ms_per_token"]["all"], row["ms_per_token"]["all"]) if b]
+    return round(statistics.median(pairs), 3) if pairs else None
+
+
 # --- peers -------------------------------------------------------------------------------------
 
 def peer_rows(engine: Engine, hf_target, hf_drafter, ids: list[int], run: RunConfig, repeats: int) -> list[dict]:
@@ -89,6 +99,7 @@ def peer_rows(engine: Engine, hf_target, hf_drafter, ids: list[int], run: RunCon
         ms = row["ms_per_token"]["median"]
         row.update(dtype=run.dtype, temperature=run.temperature, speedup_vs_ar=speedup(ar_ms, ms),
                    speedup_vs_transformers=speedup(hf_ms, ms))
+    rows[1]["speedup_vs_ar_paired"] = paired_speedup(rows[0], rows[1])   # ours, run side by side
     return rows
 
 
@@ -183,12 +194,14 @@ def suite_modes(args: argparse.Namespace) -> dict:
     for context in contexts:
         ids = prompt_ids(engine, args, context)
         for temperature in args.temperatures:
-            ar_ms = None   # the modes' repeats run round-robin: their ratios to ar are side by side
+            ar_row = None   # the modes' repeats run round-robin: their ratios to ar are side by side
             runs = [dataclasses.replace(run, mode=mode, temperature=temperature) for mode in args.modes]
             for mode, row in zip(args.modes, measure_side_by_side(engine, ids, runs, args.repeats)):
                 target_prefill.setdefault(context, row["warmup_prefill_s"])
-                ar_ms = row["ms_per_token"]["median"] if mode == "ar" else ar_ms
+                ar_row = row if mode == "ar" else ar_row
+                ar_ms = ar_row["ms_per_token"]["median"] if ar_row else None
                 row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
+                row["speedup_vs_ar_paired"] = paired_speedup(ar_row, row)
                 rows.append(row)
                 print(table_modes(dict(rows=[row])).splitlines()[-1], flush=True)
             if args.assisted and not args.rope_scaling:
@@ -215,9 +228,9 @@ def assisted_row(engine: Engine, ids: list[int], run: RunConfig, repeats: int, a
 
 def table_modes(report: dict) -> str:
     body = [[str(r["context"]), str(r["temperature"]), r["mode"], ms_cell(r["ms_per_token"]),
-             fmt(r["speedup_vs_ar"], ".2f"), fmt(r["tokens_per_target_pass"], ".2f"), acceptance_cell(r["acceptance"]),
-             fmt(r["prefill_s"]["median"], ".2f")] for r in report["rows"]]
-    table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "tokens/target pass",
+             fmt(r["speedup_vs_ar"], ".2f"), fmt(r.get("speedup_vs_ar_paired"), ".2f"), fmt(r["tokens_per_target_pass"], ".2f"),
+             acceptance_cell(r["acceptance"]), fmt(r["prefill_s"]["median"], ".2f")] for r in report["rows"]]
+    table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "x ar (paired)", "tokens/target pass",
                             "acceptance", "own prefill s"], body)
     if report.get("target_prefill_s"):
         table += ("\n\nTarget prefill, computed once per context and reused by every mode: "
