@@ -86,7 +86,7 @@ def _keep_top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     keep = _nucleus_among_top(probs, top_p)
     if keep is None:
         keep = _nucleus_by_sort(probs, top_p)
-    kept = probs * keep
+    kept = torch.where(keep, probs, 0.0)
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
@@ -109,6 +109,9 @@ def _nucleus_among_top(probs: torch.Tensor, top_p: float) -> torch.Tensor | None
     if k < probs.shape[-1] and bool((m >= k).any()):  # host sync: the nucleus may reach past the candidates
         return None
     last = top.gather(-1, m - 1)                                             # [..., 1] the m-th value
+    at_least = probs >= last                                                 # [..., V]
+    if bool((at_least.sum(dim=-1, keepdim=True) == m).all()):  # host sync; no tie reaches past the m-th
+        return at_least
     above, tied = probs > last, probs == last                                # [..., V]
     need = m - above.sum(dim=-1, keepdim=True)                               # [..., 1] tied tokens kept
     return above | (tied & (tied.cumsum(dim=-1) <= need))
