@@ -2,6 +2,9 @@
     python -m triforce.runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA
     python -m triforce.runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
     python -m triforce.runtime.bench.kernels quant [threads] [repeats]     int8/int4 linears of a pass: native vs torch
+    python -m triforce.runtime.bench.kernels against OLD.cpp [threads] [repeats]
+        this attention kernel against another version of runtime/csrc/attention_cpu.cpp (e.g.
+        `git show REV:runtime/csrc/attention_cpu.cpp > OLD.cpp`), both built here, interleaved
 """
 from __future__ import annotations
 
@@ -146,6 +149,43 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
         del layers
 
 
+def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
+    """A/B of two attention kernels in one process: this build and `source` compiled beside it,
+    interleaved, on 30 layers of SmolLM2's KV (bf16, H=9, Hkv=3, D=64) at 7,200 and 32,000 keys for
+    T = 1..16 (decode/verify), and one 1,024-row prefill chunk. Medians; ratio = old / new."""
+    import os
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from torch.utils import cpp_extension
+
+    from triforce.runtime.native import CSRC
+    torch.set_num_threads(threads)
+    build = Path(tempfile.mkdtemp(prefix="triforce-against-"))
+    old = cpp_extension.load(name="triforce_attention_against", sources=[os.path.abspath(source)],
+                             build_directory=str(build), extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native",
+                                                                       f"-I{CSRC}"], extra_ldflags=["-fopenmp"])
+    new = attention_cpu()
+    assert new is not None, "native attention did not build"
+    print(f"threads={threads}, bf16, 30 layers of KV; median of {repeats} interleaved (ms); ratio = old / new")
+    for S in (7200, 32000):
+        layers = [(torch.randn(1, 3, S, 64).bfloat16(), torch.randn(1, 3, S, 64).bfloat16()) for _ in range(30)]
+        for T in (1, 2, 3, 4, 8, 16):
+            q = torch.randn(1, 9, T, 64).bfloat16()
+            fns = {name: (lambda m=m: [m.attend(q, k, v, 0.125) for k, v in layers]) for name, m in (("old", old), ("new", new))}
+            t = {k: statistics.median(v) for k, v in interleaved({k: timed(f) for k, f in fns.items()}, repeats).items()}
+            print(f"S={S:>6} T={T:>2}  old {t['old'] * 1e3:7.2f}  new {t['new'] * 1e3:7.2f}  ratio {t['old'] / t['new']:.2f}")
+        k, v = layers[0]
+        q = torch.randn(1, 9, 1024, 64).bfloat16()
+        fns = {name: (lambda m=m: m.attend(q, k, v, 0.125)) for name, m in (("old", old), ("new", new))}
+        t = {k: statistics.median(v) for k, v in interleaved({k: timed(f) for k, f in fns.items()}, max(3, repeats // 3)).items()}
+        print(f"S={S:>6} prefill chunk of 1,024 rows (one layer)  old {t['old'] * 1e3:7.2f}  new {t['new'] * 1e3:7.2f}  "
+              f"ratio {t['old'] / t['new']:.2f}")
+        del layers
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "bench"
     if command == "bench":
@@ -154,5 +194,8 @@ if __name__ == "__main__":
         _bench_prefill(*map(int, sys.argv[2:4]))
     elif command == "quant":
         _bench_quant(*map(int, sys.argv[2:4]))
+    elif command == "against" and len(sys.argv) > 2:
+        _bench_against(sys.argv[2], *map(int, sys.argv[3:5]))
     else:
-        sys.exit("usage: python -m triforce.runtime.bench.kernels bench | prefill | quant [threads] [repeats]")
+        sys.exit("usage: python -m triforce.runtime.bench.kernels bench | prefill | quant [threads] [repeats]\n"
+                 "       python -m triforce.runtime.bench.kernels against OLD_attention_cpu.cpp [threads] [repeats]")
