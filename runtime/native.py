@@ -58,6 +58,11 @@ def layer_cpu():
     return _module("layer_cpu")
 
 
+def sampling_cpu():
+    """The compiled `probs_rows` (runtime.sampling.probs_from_logits for top_k = 0 on the CPU), or None."""
+    return _module("sampling_cpu")
+
+
 def quant_cpu():
     """The compiled weight-only quantized linears (`int8_linear`, `int4_linear`, `has_avx512_vnni`),
     or None. The kernels need avx512_vnni and avx512_bf16 (runtime.quant checks has_avx512_vnni())."""

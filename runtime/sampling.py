@@ -46,6 +46,27 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     # returns [..., V] float32, rows sum to 1
     """
     logits = logits.float()
+    kernel = _native_probs(logits, params)
+    if kernel is not None:   # the same definition in one native pass per row (csrc/sampling_cpu.cpp)
+        flat = logits.reshape(-1, logits.shape[-1])                      # [N, V]
+        return kernel.probs_rows(flat, params.temperature, params.top_p).reshape(logits.shape)
+    return probs_from_logits_reference(logits, params)
+
+
+def _native_probs(logits: torch.Tensor, params: SamplingParams):
+    """The native kernel where it serves this call (CPU, top_k off, a vocabulary axis), else None."""
+    if logits.device.type != "cpu" or params.top_k or logits.dim() == 0 or logits.shape[-1] == 0:
+        return None
+    from triforce.runtime.native import sampling_cpu
+    return sampling_cpu()
+
+
+def probs_from_logits_reference(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """probs_from_logits in torch ops: the definition (any device, top_k included).
+
+    # logits  [..., V] float32
+    # returns [..., V] float32, rows sum to 1
+    """
     if params.greedy:
         # One-hot at the argmax: no division by temperature 0, hence no NaN, and -inf or huge
         # logits are harmless. torch.argmax breaks ties by the lowest index.

@@ -214,3 +214,44 @@ def test_nucleus_from_the_top_candidates_equals_the_full_sort(V):
     assert (sampling._nucleus_among_top(flat, 0.9) is None) == wide
     kept = probs_from_logits(torch.zeros(1, V), SamplingParams(temperature=1.0, top_p=0.9)) > 0
     assert kept.sum() == sampling._nucleus_by_sort(flat, 0.9).sum()
+
+
+@pytest.mark.parametrize("V", [10, 700, 49152])
+def test_native_probs_equal_the_torch_definition(V):
+    """csrc/sampling_cpu.cpp (used on the CPU when top_k is off) keeps the same tokens as the torch
+    definition and gives the same probabilities: greedy bitwise, ties (lowest index first) and
+    -inf logits (a pruned head: exactly 0) included."""
+    from triforce.runtime import native, sampling
+    kernel = native.sampling_cpu()
+    if kernel is None:
+        pytest.skip("native sampling kernel not built")
+    g = torch.Generator().manual_seed(V)
+    for trial in range(8):
+        x = torch.randn(3, V, generator=g) * (0.3 + 3 * trial / 8)
+        if trial % 3 == 0:
+            x = torch.round(x * 2) / 2                   # many exact ties, some at the cut
+        if trial % 4 == 1:
+            x[:, ::3] = float("-inf")                     # pruned tokens
+        for t, top_p in ((0.0, 1.0), (0.6, 1.0), (0.6, 0.9), (1.0, 0.5), (0.05, 0.95), (1.3, 0.999)):
+            params = SamplingParams(temperature=t, top_p=top_p)
+            ours = kernel.probs_rows(x, t, top_p)
+            ref = sampling.probs_from_logits_reference(x, params)
+            if t == 0:
+                assert torch.equal(ours, ref), (trial, t)
+                continue
+            differ = (ours > 0) != (ref > 0)
+            if differ.any():
+                # the mass before each token is summed in fp64 here and by torch's fp32 cumsum there:
+                # the cut may move only among tokens whose mass before is within that rounding of top_p
+                full = torch.softmax(x.double() / t, -1)
+                ordered, order = full.sort(dim=-1, descending=True, stable=True)
+                before = torch.empty_like(full).scatter_(-1, order, ordered.cumsum(-1) - ordered)
+                assert ((before[differ] - top_p).abs() < 2e-3).all(), (trial, t, top_p)
+                rows = ~differ.any(dim=-1)
+                assert_close(ours[rows], ref[rows])
+                continue
+            assert_close(ours, ref)
+    nan = torch.zeros(1, V)
+    nan[0, V // 2] = float("nan")
+    nan[0, 1] = 5.0
+    assert int(kernel.probs_rows(nan, 0.0, 1.0).argmax()) == int(nan.argmax()) == V // 2

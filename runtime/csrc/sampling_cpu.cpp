@@ -1,0 +1,185 @@
+// The distribution a level samples from, per row of logits: probs_rows(logits [N, V] fp32) -> [N, V] fp32.
+//
+// Pure-torch twin (and the definition): runtime.sampling.probs_from_logits; tests/test_sampling.py
+// checks both agree. Used for top_k = 0 on the CPU, where the torch path makes 5-15 passes over
+// V = 49,152 per row (softmax, a top-512 selection, comparisons, counts, a renormalization) and,
+// in the decode loop with cold caches, costs 0.3-1.1 ms a row: more than a middle-level pass
+// costs per token at T = 0.6 once every level's rows are counted.
+//
+// * temperature 0: one-hot at the first index of the row's maximum (torch.argmax; a NaN counts
+//   as the maximum, as there).
+// * temperature t > 0: p = softmax(logits / t), shifted by the row maximum first (so logits near
+//   the float limit stay finite); then, if top_p < 1, the nucleus: in descending order of p (ties
+//   by index), a token is kept iff the mass strictly before it is < top_p; kept mass renormalized.
+//   The nucleus is found by a radix select instead of a sort: one pass builds a histogram of the
+//   top 12 bits of each p (its exponent and 3 mantissa bits; floats >= 0 order like their bits)
+//   holding mass and count per bucket, the buckets are walked from the top until the mass reaches
+//   top_p, and only the elements of that one bucket are sorted. Masses are summed in fp64.
+// Rows are independent: at::parallel_for over rows.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "simd.h"   // TF_AVX512 and exp2_ps
+
+namespace {
+
+constexpr int BUCKET_BITS = 12;                 // sign (0), 8 exponent bits, 3 mantissa bits
+constexpr int BUCKETS = 1 << BUCKET_BITS;
+constexpr double LOG2E = 1.4426950408889634;
+
+inline uint32_t bits(float x) { uint32_t u; std::memcpy(&u, &x, 4); return u; }
+
+// First index of the row's maximum; a NaN (the first one) wins, as in torch.argmax.
+int64_t argmax_row(const float* x, int64_t V) {
+  int64_t i = 0;
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+#if TF_AVX512
+  __m512 mv = _mm512_set1_ps(m);
+  __mmask16 unordered = 0;
+  for (; i + 16 <= V; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    mv = _mm512_max_ps(mv, v);
+  }
+  m = _mm512_reduce_max_ps(mv);
+  nan = unordered != 0;
+#endif
+  for (int64_t j = i; j < V; ++j) nan |= std::isnan(x[j]), m = std::max(m, x[j]);
+  for (int64_t j = 0; j < V; ++j)
+    if (nan ? std::isnan(x[j]) : x[j] == m) return j;
+  return 0;   // a row of -inf only: torch.argmax gives 0 too
+}
+
+float max_row(const float* x, int64_t V) {
+  int64_t i = 0;
+  float m = -std::numeric_limits<float>::infinity();
+#if TF_AVX512
+  __m512 mv = _mm512_set1_ps(m);
+  for (; i + 16 <= V; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(x + i));
+  m = _mm512_reduce_max_ps(mv);
+#endif
+  for (; i < V; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+// e[i] = exp((x[i] - m) / t), returns sum(e) in fp64.
+double exp_row(const float* x, float* e, int64_t V, float m, double t) {
+  const float c = (float)(LOG2E / t);
+  double sum = 0.0;
+  int64_t i = 0;
+#if TF_AVX512
+  const __m512 cv = _mm512_set1_ps(c), mv = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  for (; i + 16 <= V; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);   // -inf (a pruned head's tokens): exactly 0
+    __m512 y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
+                                   exp2_ps(_mm512_mul_ps(_mm512_sub_ps(v, mv), cv)));
+    _mm512_storeu_ps(e + i, y);
+    acc = _mm512_add_ps(acc, y);
+    if ((i & 4095) == 4080) {  // every 4,096 entries: into fp64 before fp32 loses the small ones
+      sum += _mm512_reduce_add_ps(acc);
+      acc = _mm512_setzero_ps();
+    }
+  }
+  sum += _mm512_reduce_add_ps(acc);
+#endif
+  for (; i < V; ++i) {
+    e[i] = x[i] == -INFINITY ? 0.f : std::exp2((x[i] - m) * c);
+    sum += e[i];
+  }
+  return sum;
+}
+
+// Keeps the nucleus of p (unnormalized weights e with total `total`): zeroes the rest in place and
+// returns the kept mass.
+double nucleus(float* e, int64_t V, double total, double top_p, std::vector<double>& mass,
+               std::vector<int64_t>& count, std::vector<std::pair<float, int64_t>>& edge) {
+  const double target = top_p * total;   // "mass before < top_p" on p = e / total
+  mass.assign(BUCKETS, 0.0);
+  count.assign(BUCKETS, 0);
+  for (int64_t i = 0; i < V; ++i) {
+    const uint32_t b = bits(e[i]) >> (32 - BUCKET_BITS);
+    mass[b] += e[i];
+    ++count[b];
+  }
+  double before = 0.0;
+  int boundary = -1;
+  for (int b = BUCKETS - 1; b >= 0; --b) {
+    if (before + mass[b] >= target) { boundary = b; break; }
+    before += mass[b];
+  }
+  if (boundary < 0) return total;  // rounding left the whole row below top_p: keep everything
+  edge.clear();
+  for (int64_t i = 0; i < V; ++i)
+    if ((int)(bits(e[i]) >> (32 - BUCKET_BITS)) == boundary) edge.emplace_back(e[i], i);
+  std::sort(edge.begin(), edge.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  // the bucket's elements, in order, while the mass before them is < top_p; the first one always
+  // qualifies (before < target by the walk above)
+  float cut = std::numeric_limits<float>::infinity();
+  int64_t cut_index = -1;   // the last kept element of the boundary bucket
+  double kept = before;
+  for (const auto& [value, index] : edge) {
+    if (kept >= target) break;
+    kept += value;
+    cut = value, cut_index = index;
+  }
+  // keep: buckets above the boundary, and in it, elements before (cut, cut_index) in the order
+  for (int64_t i = 0; i < V; ++i) {
+    const int b = (int)(bits(e[i]) >> (32 - BUCKET_BITS));
+    const bool keep = b > boundary || (b == boundary && (e[i] > cut || (e[i] == cut && i <= cut_index)));
+    if (!keep) e[i] = 0.f;
+  }
+  return kept;
+}
+
+}  // namespace
+
+// logits [N, V] fp32 -> probs [N, V] fp32 (see the header).
+torch::Tensor probs_rows(torch::Tensor logits, double temperature, double top_p) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat, "probs_rows: logits [N, V] fp32 expected, got ",
+              logits.sizes(), " ", logits.scalar_type());
+  TORCH_CHECK(temperature >= 0 && top_p > 0 && top_p <= 1, "probs_rows: temperature ", temperature, " top_p ", top_p);
+  logits = logits.contiguous();
+  const int64_t N = logits.size(0), V = logits.size(1);
+  auto out = torch::zeros_like(logits);
+  if (V == 0) return out;
+  const float* x = logits.data_ptr<float>();
+  float* p = out.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> mass;
+    std::vector<int64_t> count;
+    std::vector<std::pair<float, int64_t>> edge;
+    for (int64_t n = begin; n < end; ++n) {
+      const float* row = x + n * V;
+      float* e = p + n * V;
+      if (temperature == 0) {
+        e[argmax_row(row, V)] = 1.f;
+        continue;
+      }
+      double total = exp_row(row, e, V, max_row(row, V), temperature);
+      if (top_p < 1) total = nucleus(e, V, total, top_p, mass, count, edge);
+      const float inv = (float)(1.0 / total);
+      for (int64_t i = 0; i < V; ++i) e[i] *= inv;
+    }
+  });
+  return out;
+}
+
+bool has_avx512_bf16() { return TF_AVX512; }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("probs_rows", &probs_rows, "logits [N, V] fp32 -> the sampled distribution [N, V] (greedy one-hot, or "
+        "softmax(logits / t) on the top-p nucleus)", py::arg("logits"), py::arg("temperature"), py::arg("top_p"));
+  m.def("has_avx512_bf16", &has_avx512_bf16, "whether the AVX-512 paths were compiled in");
+}
