@@ -11,3 +11,7 @@ Shape glossary (used in every shape comment of this project):
 One KV layout everywhere: keys and values are [B, Hkv, S, D] per layer (heads-major, as
 SDPA wants them; flash-attn receives a transposed view, never a copy).
 """
+
+from triforce.runtime.allocator import keep_freed_memory
+
+keep_freed_memory()   # before the decode loop's first allocations (runtime/allocator.py)
