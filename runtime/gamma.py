@@ -30,7 +30,7 @@ import torch
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
 PRIOR_WEIGHT = 8            # ... worth this many drafted tokens
-EXPLORE_TOKENS = 24         # a level proposes at least 1 token, when its verifier runs, until it has drafted this many
+EXPLORE_TOKENS = 12         # a level proposes at least 1 token, when its verifier runs, until it has drafted this many
 ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
 PROBE_POINTS = (1, 2, 4, 8, 16)  # pass lengths timed at start-up (up to each level's γ cap + 1)
 
