@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from triforce.runtime.sampling import excess, sample
+from triforce.runtime.sampling import sample, sample_excess
 
 
 def accept(
@@ -62,7 +62,7 @@ def accept(
     # Bonus rows have no q at position K: theirs is zeroed (the clamp only indexes something),
     # so that their excess max(0, p - 0) is p itself.
     q_next = draft_probs[rows, num_accepted.clamp(max=K - 1)] * ~all_accepted.unsqueeze(-1)   # [B, V]
-    return num_accepted, sample(excess(p_next, q_next), generator)      # sample() normalizes
+    return num_accepted, sample_excess(p_next, q_next, generator)       # sample() normalizes
 
 
 def emitted_tokens(

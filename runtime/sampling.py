@@ -55,10 +55,9 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
 
 def _native_probs(logits: torch.Tensor, params: SamplingParams):
     """The native kernel where it serves this call (CPU, top_k off, a vocabulary axis), else None."""
-    if logits.device.type != "cpu" or params.top_k or logits.dim() == 0 or logits.shape[-1] == 0:
+    if params.top_k or logits.dim() == 0:
         return None
-    from triforce.runtime.native import sampling_cpu
-    return sampling_cpu()
+    return _native_sampling(logits)
 
 
 def probs_from_logits_reference(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -151,15 +150,44 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     # probs   [..., V] (typically [B, V]) non-negative weights
     # returns [...] int64
     """
-    flat = probs.reshape(-1, probs.shape[-1])                            # [N, V]
+    return _inverse_cdf(probs, None, generator)
+
+
+def sample_excess(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """sample(excess(p, q), generator), the same token for the same generator state; on the CPU in
+    one native pass (csrc/sampling_cpu.cpp sample_excess) instead of ~10 over V.
+
+    # p, q    [..., V] verifier and drafter distributions
+    # returns [...] int64
+    """
+    return _inverse_cdf(p, q, generator)
+
+
+def _inverse_cdf(p: torch.Tensor, q: torch.Tensor | None, generator: torch.Generator) -> torch.Tensor:
+    """sample() of p, or of excess(p, q) when q is given."""
+    flat = p.reshape(-1, p.shape[-1])                                    # [N, V]
+    u = torch.rand((flat.shape[0], 1), generator=generator, dtype=torch.float64, device=flat.device)
+    kernel = _native_sampling(flat)
+    if kernel is not None:
+        qf = None if q is None else q.reshape(flat.shape).float()
+        return kernel.sample_excess(flat.float(), qf, u[:, 0]).reshape(p.shape[:-1])
+    if q is not None:
+        flat = excess(flat, q.reshape(flat.shape))
     cdf = flat.double().cumsum(dim=-1)                                   # [N, V]
     mass = cdf[:, -1:]                                                   # [N, 1]
-    u = torch.rand((flat.shape[0], 1), generator=generator, dtype=torch.float64, device=flat.device)
     # u < 1, but u * mass may round up to mass (probability ~2^-53); below mass, the first cdf
     # entry above the target always belongs to a token of positive weight.
     target = torch.minimum(u * mass, torch.nextafter(mass, torch.zeros_like(mass)))
     drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=flat.shape[-1] - 1)   # [N, 1]
-    return drawn.reshape(probs.shape[:-1])
+    return drawn.reshape(p.shape[:-1])
+
+
+def _native_sampling(flat: torch.Tensor):
+    """The native sampling module for fp32 rows of a CPU tensor, else None (the torch path)."""
+    if flat.device.type != "cpu" or flat.dtype != torch.float32 or flat.shape[-1] == 0:
+        return None
+    from triforce.runtime.native import sampling_cpu
+    return sampling_cpu()
 
 
 def excess(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -255,3 +255,27 @@ def test_native_probs_equal_the_torch_definition(V):
     nan[0, V // 2] = float("nan")
     nan[0, 1] = 5.0
     assert int(kernel.probs_rows(nan, 0.0, 1.0).argmax()) == int(nan.argmax()) == V // 2
+
+
+def test_native_inverse_cdf_draws_the_torch_paths_tokens(monkeypatch):
+    """sample() and sample_excess() give the same token natively as through torch's cumsum and
+    searchsorted, for the same generator state: same fp32 weights, same sequential fp64 sums."""
+    from triforce.runtime import native, sampling
+    if native.sampling_cpu() is None:
+        pytest.skip("native sampling kernel not built")
+    g = torch.Generator().manual_seed(3)
+    V = 49152
+    p = torch.softmax(torch.randn(6, V, generator=g) * 3, -1)
+    q = torch.softmax(torch.randn(6, V, generator=g) * 3, -1)
+    q[1] = p[1]                                   # no excess mass: p itself
+    q[2] = 0                                      # a bonus row: p itself
+    p[3] = 0
+    p[3, 777] = 1                                 # one-hot
+    draws = {}
+    for name in ("native", "torch"):
+        if name == "torch":
+            monkeypatch.setattr(sampling, "_native_sampling", lambda flat: None)
+        gen = torch.Generator().manual_seed(11)
+        draws[name] = [sampling.sample_excess(p, q, gen) for _ in range(20)] + [sampling.sample(p, gen) for _ in range(20)]
+    assert all(torch.equal(a, b) for a, b in zip(draws["native"], draws["torch"]))
+    assert all(int(d[3]) == 777 for d in draws["native"])

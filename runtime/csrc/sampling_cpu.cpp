@@ -176,10 +176,79 @@ torch::Tensor probs_rows(torch::Tensor logits, double temperature, double top_p)
   return out;
 }
 
+// Sum in fp64 of the weights w[i] of [lo, hi): w = max(0, p - q) when q is given, else p.
+inline double weight_sum(const float* p, const float* q, int64_t lo, int64_t hi) {
+  double sum = 0.0;
+  int64_t i = lo;
+#if TF_AVX512
+  __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+  const __m512 zero = _mm512_setzero_ps();
+  for (; i + 16 <= hi; i += 16) {
+    __m512 w = _mm512_loadu_ps(p + i);
+    if (q) w = _mm512_max_ps(_mm512_sub_ps(w, _mm512_loadu_ps(q + i)), zero);
+    a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm512_castps512_ps256(w)));
+    a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1))));
+  }
+  sum = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+#endif
+  for (; i < hi; ++i) sum += q ? std::max(p[i] - q[i], 0.f) : p[i];
+  return sum;
+}
+
+// One token per row by inverse CDF from the weights w = max(0, p - q) (w = p where that has no
+// mass, or when q is absent): the first index at which the running fp64 sum of w exceeds
+// min(u * mass, the largest double below mass). runtime.sampling's torch path computes the same
+// with a sequential cumsum; here blocks of 256 are summed in vector lanes and only the block where
+// the sum crosses is walked one by one, so the sums differ in their last bits and a token can
+// differ only where u * mass falls within that rounding of a boundary (probability ~1e-13).
+torch::Tensor sample_excess(torch::Tensor p, c10::optional<torch::Tensor> q, torch::Tensor u) {
+  TORCH_CHECK(p.dim() == 2 && p.scalar_type() == at::kFloat, "sample_excess: p [N, V] fp32 expected, got ", p.sizes());
+  TORCH_CHECK(!q.has_value() || (q->sizes() == p.sizes() && q->scalar_type() == at::kFloat),
+              "sample_excess: q must match p [N, V] fp32");
+  TORCH_CHECK(u.dim() == 1 && u.size(0) == p.size(0) && u.scalar_type() == at::kDouble, "sample_excess: u [N] fp64 expected");
+  p = p.contiguous();
+  torch::Tensor qc = q.has_value() ? q->contiguous() : torch::Tensor();
+  u = u.contiguous();
+  const int64_t N = p.size(0), V = p.size(1);
+  constexpr int64_t BLOCK = 256;
+  auto out = torch::zeros({N}, p.options().dtype(at::kLong));
+  const double* up = u.data_ptr<double>();
+  int64_t* op = out.data_ptr<int64_t>();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* pr = p.data_ptr<float>() + n * V;
+    const float* qr = qc.defined() ? qc.data_ptr<float>() + n * V : nullptr;
+    double mass = weight_sum(pr, qr, 0, V);
+    if (qr && mass == 0.0) {   // p == q: the residual is undefined, p is what the verifier wants
+      qr = nullptr;
+      mass = weight_sum(pr, nullptr, 0, V);
+    }
+    const double target = std::min(up[n] * mass, std::nextafter(mass, 0.0));
+    double cum = 0.0;
+    int64_t drawn = V - 1, lo = 0;
+    for (; lo < V; lo += BLOCK) {   // the block where the running sum passes the target
+      const double block = weight_sum(pr, qr, lo, std::min(lo + BLOCK, V));
+      if (cum + block > target) break;
+      cum += block;
+    }
+    int64_t last = -1;   // the last index of positive weight seen (if rounding never passes the target)
+    for (int64_t i = lo; i < V; ++i) {   // one by one from that block (on, should rounding differ)
+      const float w = qr ? std::max(pr[i] - qr[i], 0.f) : pr[i];
+      if (w > 0) last = i;
+      cum += w;
+      if (cum > target) { drawn = i; last = -2; break; }
+    }
+    if (last >= 0) drawn = last;
+    op[n] = drawn;
+  }
+  return out;
+}
+
 bool has_avx512_bf16() { return TF_AVX512; }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("probs_rows", &probs_rows, "logits [N, V] fp32 -> the sampled distribution [N, V] (greedy one-hot, or "
         "softmax(logits / t) on the top-p nucleus)", py::arg("logits"), py::arg("temperature"), py::arg("top_p"));
+  m.def("sample_excess", &sample_excess, "one token per row from max(0, p - q) (p where that is empty, or q absent) "
+        "by inverse CDF at u", py::arg("p"), py::arg("q"), py::arg("u"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the AVX-512 paths were compiled in");
 }
