@@ -145,7 +145,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     is). A token of weight 0 adds nothing to the sum, so it can never be drawn, and a one-hot
     (greedy) row always gives its argmax. torch.multinomial draws one exponential per vocabulary
     entry (0.9 ms a row for V = 49,152 on 2 cores, once per round at every level); this is a
-    cumulative sum and a binary search (~0.05 ms).
+    cumulative sum and a binary search (~0.05 ms), or on the CPU for fp32 rows one native pass
+    (csrc/sampling_cpu.cpp sample_excess, 6-8 us).
 
     # probs   [..., V] (typically [B, V]) non-negative weights
     # returns [...] int64
@@ -170,7 +171,7 @@ def _inverse_cdf(p: torch.Tensor, q: torch.Tensor | None, generator: torch.Gener
     kernel = _native_sampling(flat)
     if kernel is not None:
         qf = None if q is None else q.reshape(flat.shape).float()
-        return kernel.sample_excess(flat.float(), qf, u[:, 0]).reshape(p.shape[:-1])
+        return kernel.sample_excess(flat, qf, u[:, 0]).reshape(p.shape[:-1])   # flat is fp32 already
     if q is not None:
         flat = excess(flat, q.reshape(flat.shape))
     cdf = flat.double().cumsum(dim=-1)                                   # [N, V]

@@ -362,7 +362,7 @@ inline void visible_lanes(int vis, __mmask16 keep[4]) {
   }
 }
 
-// Largest raw score among the first `vis` (>= 1) of a row's `n` scores (one reduction per chunk).
+// Largest raw score among the first `vis` (>= 1) scores of a row (one reduction per chunk).
 inline float row_max(const float* s, int vis) {
   __m512 mx = _mm512_set1_ps(NEG_INF);
   for (int n0 = 0; n0 < vis; n0 += NB) {
@@ -465,7 +465,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     // pass 2: P = exp2(c*s - m) per block, O += P . V
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
-      const int npf = (int)std::clamp<int64_t>(std::min<int64_t>(cc1, sh.S) - (n0 + PF_KEYS), 0, NB);
+      const int npf = (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S)
       if (DOT)
         pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
       else if constexpr (BF16_IN)

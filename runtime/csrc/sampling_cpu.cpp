@@ -13,7 +13,7 @@
 //   by index), a token is kept iff the mass strictly before it is < top_p; kept mass renormalized.
 //   The nucleus is found by a radix select instead of a sort: one pass builds a histogram of the
 //   top 12 bits of each p (its exponent and 3 mantissa bits; floats >= 0 order like their bits)
-//   holding mass and count per bucket, the buckets are walked from the top until the mass reaches
+//   holding the mass per bucket, the buckets are walked from the top until the mass reaches
 //   top_p, and only the elements of that one bucket are sorted. Masses are summed in fp64.
 // Rows are independent: at::parallel_for over rows.
 #include <torch/extension.h>
@@ -102,15 +102,10 @@ double exp_row(const float* x, float* e, int64_t V, float m, double t) {
 // Keeps the nucleus of p (unnormalized weights e with total `total`): zeroes the rest in place and
 // returns the kept mass.
 double nucleus(float* e, int64_t V, double total, double top_p, std::vector<double>& mass,
-               std::vector<int64_t>& count, std::vector<std::pair<float, int64_t>>& edge) {
+               std::vector<std::pair<float, int64_t>>& edge) {
   const double target = top_p * total;   // "mass before < top_p" on p = e / total
   mass.assign(BUCKETS, 0.0);
-  count.assign(BUCKETS, 0);
-  for (int64_t i = 0; i < V; ++i) {
-    const uint32_t b = bits(e[i]) >> (32 - BUCKET_BITS);
-    mass[b] += e[i];
-    ++count[b];
-  }
+  for (int64_t i = 0; i < V; ++i) mass[bits(e[i]) >> (32 - BUCKET_BITS)] += e[i];
   double before = 0.0;
   int boundary = -1;
   for (int b = BUCKETS - 1; b >= 0; --b) {
@@ -152,23 +147,23 @@ torch::Tensor probs_rows(torch::Tensor logits, double temperature, double top_p)
   TORCH_CHECK(temperature >= 0 && top_p > 0 && top_p <= 1, "probs_rows: temperature ", temperature, " top_p ", top_p);
   logits = logits.contiguous();
   const int64_t N = logits.size(0), V = logits.size(1);
-  auto out = torch::zeros_like(logits);
+  auto out = torch::empty_like(logits);   // every entry is written below
   if (V == 0) return out;
   const float* x = logits.data_ptr<float>();
   float* p = out.data_ptr<float>();
   at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
     std::vector<double> mass;
-    std::vector<int64_t> count;
     std::vector<std::pair<float, int64_t>> edge;
     for (int64_t n = begin; n < end; ++n) {
       const float* row = x + n * V;
       float* e = p + n * V;
       if (temperature == 0) {
+        std::fill(e, e + V, 0.f);
         e[argmax_row(row, V)] = 1.f;
         continue;
       }
       double total = exp_row(row, e, V, max_row(row, V), temperature);
-      if (top_p < 1) total = nucleus(e, V, total, top_p, mass, count, edge);
+      if (top_p < 1) total = nucleus(e, V, total, top_p, mass, edge);
       const float inv = (float)(1.0 / total);
       for (int64_t i = 0; i < V; ++i) e[i] *= inv;
     }
