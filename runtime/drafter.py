@@ -21,6 +21,7 @@ from triforce.runtime.config import ModelConfig
 from triforce.runtime.errors import UserError
 from triforce.runtime.io_utils import building, recover_dir
 from triforce.runtime.model import checkpoint_files
+from triforce.runtime.vocab import COUNTS_FILE
 
 # Files copied from the target so a drafter directory is a complete Hugging Face checkpoint.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
@@ -92,6 +93,8 @@ def assemble_drafter(compact_dir: Path, target_dir: Path, out_dir: Path, manifes
     config = drafter_config(config, config["num_hidden_layers"], "float32")
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     copy_tokenizer_files(target_dir, out_dir)
+    if (compact_dir / COUNTS_FILE).is_file():
+        shutil.copyfile(compact_dir / COUNTS_FILE, out_dir / COUNTS_FILE)
     if info:
         shutil.copyfile(compact_dir / "drafter.json", out_dir / "drafter.json")
 

@@ -169,8 +169,8 @@ class Engine(Checkpoint):
         if key not in built:
             kept = None
             if vocab:
-                from triforce.runtime.vocab import corpus_token_counts, kept_token_ids
-                counts = corpus_token_counts(self.tokenizer, self.cfg.vocab_size)
+                from triforce.runtime.vocab import drafter_token_counts, kept_token_ids
+                counts = drafter_token_counts(getattr(self, "draft_dir", None), self.tokenizer, self.cfg.vocab_size)
                 always = list(self.tokenizer.all_special_ids) + list(self.cfg.eos_token_ids)
                 kept = kept_token_ids(counts, vocab, always)
             built[key] = lower_level_copy(source, weights, kept)

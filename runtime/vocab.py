@@ -1,6 +1,7 @@
 """Token frequencies of the distillation corpus, for a drafter head pruned to the N most frequent
-tokens (--draft-vocab N). Counted once per tokenizer and corpus, cached under the asset cache
-directory (a [V] int64 tensor, written atomically)."""
+tokens (--draft-vocab N). `triforce distill` records them beside the drafter's weights
+(token_counts.npy); for a drafter without them, the embedded KJV is counted once per
+tokenizer and cached under the asset cache directory (a [V] int64 tensor, written atomically)."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,31 @@ from pathlib import Path
 
 import torch
 
+import numpy as np
 from triforce.runtime.errors import UserError
 from triforce.runtime.io_utils import atomic_write
+
+COUNTS_FILE = "token_counts.npy"   # [V] int32: a drafter's distillation corpus, counted (not *.safetensors:
+                                   # weight loaders read every such file of a checkpoint)
+
+
+def write_token_counts(directory: Path, tokens: torch.Tensor, vocab_size: int) -> None:
+    """How often each id occurs in `tokens` [N] (the corpus a drafter was distilled on) -> directory/COUNTS_FILE."""
+    counts = torch.bincount(tokens.long(), minlength=vocab_size)[:vocab_size]
+    np.save(Path(directory) / COUNTS_FILE, counts.numpy().astype(np.int32), allow_pickle=False)
+
+
+def drafter_token_counts(draft_dir: Path | None, tokenizer, vocab_size: int) -> torch.Tensor:
+    """The frequencies a drafter's pruned head keeps the top of -> [V] int64: those its distillation
+    recorded beside its weights, else the embedded KJV's (what drafters without a record were distilled on)."""
+    path = Path(draft_dir) / COUNTS_FILE if draft_dir is not None else None
+    if path is None or not path.is_file():
+        return corpus_token_counts(tokenizer, vocab_size)
+    counts = torch.from_numpy(np.load(path, allow_pickle=False).astype(np.int64))
+    if counts.shape != (vocab_size,):
+        raise UserError(f"{str(path)!r} counts {tuple(counts.shape)} token ids, the target's vocabulary has "
+                        f"{vocab_size}; delete it (then the KJV's frequencies are used) or re-export the drafter")
+    return counts
 
 
 def _cache_path(tokenizer, corpus: str, text: str) -> Path:

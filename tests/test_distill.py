@@ -22,6 +22,7 @@ from triforce.runtime.io_utils import ProgressLine
 from triforce.runtime.cache_full import FullCache
 from triforce.runtime.errors import UserError
 from triforce.runtime.model import load_model
+from triforce.runtime.vocab import drafter_token_counts
 
 transformers = pytest.importorskip("transformers")
 
@@ -89,6 +90,41 @@ def test_checkpoint_loads_with_ours_and_transformers(trained):
     tokens = torch.randint(0, VOCAB, (1, 30), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         torch.testing.assert_close(window_logits(ours, tokens), hf(tokens).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_token_counts_follow_the_drafter_from_checkpoint_to_assembly(trained, target, tokens, tmp_path):
+    """--draft-vocab keeps the most frequent tokens of the drafter's own corpus: the counts of its
+    training tokens are saved with the checkpoint, exported, and assembled beside its weights."""
+    out, _ = trained
+    train = split_corpus(tokens, config(target, "unused"), "test").train
+    expected = torch.bincount(train, minlength=VOCAB)
+    assert torch.equal(drafter_token_counts(out, None, VOCAB), expected)
+    manifest = export_compact(out, tmp_path / "compact", target, tokens, **QUIET)
+    assert "token_counts_sha256" in manifest
+    assemble_drafter(tmp_path / "compact", target, tmp_path / "assembled")
+    assert torch.equal(drafter_token_counts(tmp_path / "assembled", None, VOCAB), expected)
+    load_model(tmp_path / "assembled")   # the counts are not read as weights
+    (tmp_path / "old").mkdir()           # a checkpoint from before counts were recorded: export counts its corpus
+    for name in ("config.json", "model.safetensors", "distill.json"):
+        (tmp_path / "old" / name).write_bytes((out / name).read_bytes())
+    export_compact(tmp_path / "old", tmp_path / "old-compact", target, tokens, **QUIET)
+    assert torch.equal(drafter_token_counts(tmp_path / "old-compact", None, VOCAB), expected)
+    with pytest.raises(UserError, match="counts \\(96,\\) token ids, the target's vocabulary has 97"):
+        drafter_token_counts(out, None, VOCAB + 1)
+
+
+def test_init_starts_a_new_run_from_a_drafter(trained, target, tokens, tmp_path):
+    """--init: a new run (its own step count, optimizer and corpus) from a trained drafter's layers."""
+    out, report = trained
+    adapted = distill(config(target, tmp_path / "adapted", steps=4, init=str(out)), tokens=tokens, **QUIET)
+    assert adapted["step"] == 4 and adapted["history"][0]["step"] == 0
+    assert adapted["history"][0]["agreement"] == report["history"][-1]["agreement"]  # starts where it ended
+    with pytest.raises(UserError, match="starts a new run and --resume continues one"):
+        distill(config(target, tmp_path / "adapted", init=str(out), resume=True), tokens=tokens, **QUIET)
+    with pytest.raises(UserError, match="is not a drafter checkpoint"):
+        distill(config(target, tmp_path / "x", init=str(tmp_path)), tokens=tokens, **QUIET)
+    with pytest.raises(UserError, match="--layers 3 differs from the checkpoint's 2"):
+        distill(config(target, tmp_path / "y", init=str(out), layers=3), tokens=tokens, **QUIET)
 
 
 def test_embeddings_stay_the_targets(trained, target):

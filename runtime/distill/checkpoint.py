@@ -23,6 +23,7 @@ from triforce.runtime.errors import UserError
 from triforce.runtime.io_utils import building
 from triforce.runtime.model import Transformer, load_model
 from triforce.runtime.probes import resolve_device
+from triforce.runtime.vocab import write_token_counts
 
 
 @contextmanager
@@ -88,12 +89,31 @@ def check_out_dir(out: Path, resume: bool) -> None:
                         "or choose another --out")
 
 
-def resolve_layers(cfg: DistillConfig, target_cfg: ModelConfig, out: Path) -> int:
-    saved = ModelConfig.from_dir(out).num_layers if cfg.resume else None
+def student_source(cfg: DistillConfig, target_dir: Path, target_cfg: ModelConfig, out: Path) -> Path:
+    """Where the student's starting weights come from: the run's own checkpoint on --resume, the
+    --init drafter (same embeddings and widths as the target), else the target's first layers."""
+    if cfg.resume:
+        return out
+    if cfg.init is None:
+        return target_dir
+    init = Path(cfg.init).expanduser()
+    if not (init / "config.json").is_file() or not (init / "model.safetensors").is_file():
+        raise UserError(f"--init {str(init)!r} is not a drafter checkpoint (config.json + model.safetensors); "
+                        "pass a directory that --draft-model accepts")
+    init_cfg = ModelConfig.from_dir(init)
+    for name in ("vocab_size", "hidden_size", "num_heads", "num_kv_heads", "head_dim"):
+        if getattr(init_cfg, name) != getattr(target_cfg, name):
+            raise UserError(f"--init {str(init)!r} has {name} {getattr(init_cfg, name)}, the target "
+                            f"{str(target_dir)!r} has {getattr(target_cfg, name)}; pass a drafter of this target")
+    return init
+
+
+def resolve_layers(cfg: DistillConfig, target_cfg: ModelConfig, source: Path, target_dir: Path) -> int:
+    saved = ModelConfig.from_dir(source).num_layers if source != target_dir else None
     layers = cfg.layers or saved or DEFAULT_LAYERS
     if saved is not None and layers != saved:
-        raise UserError(f"--layers {layers} differs from the checkpoint's {saved} in {str(out)!r}; "
-                        f"drop --layers to resume it")
+        raise UserError(f"--layers {layers} differs from the checkpoint's {saved} in {str(source)!r}; "
+                        f"drop --layers to continue from it")
     if layers > target_cfg.num_layers:
         raise UserError(f"--layers {layers} exceeds the target's {target_cfg.num_layers} decoder layers; "
                         f"pass --layers between 1 and {target_cfg.num_layers}")
@@ -105,7 +125,8 @@ def prepare(cfg: DistillConfig, tokens: torch.Tensor | None, log: Callable[[str]
     target_dir, out = resolve_model_dir(cfg.target), Path(cfg.out).expanduser()
     target_cfg = ModelConfig.from_dir(target_dir)
     check_out_dir(out, cfg.resume)
-    layers = resolve_layers(cfg, target_cfg, out)
+    start_dir = student_source(cfg, target_dir, target_cfg, out)
+    layers = resolve_layers(cfg, target_cfg, start_dir, target_dir)
     if cfg.seq_len > target_cfg.max_context:
         raise UserError(f"--seq-len {cfg.seq_len} exceeds the target's {target_cfg.max_context} positions; "
                         "pass a smaller --seq-len")
@@ -117,12 +138,13 @@ def prepare(cfg: DistillConfig, tokens: torch.Tensor | None, log: Callable[[str]
     corpus = split_corpus(tokens, cfg, source)
     device = resolve_device(cfg.device)
     teacher = load_model(target_dir, cfg.dtype, device)
-    student = build_student(out if cfg.resume else target_dir, layers, device)
+    student = build_student(start_dir, layers, device)
     optimizer = torch.optim.AdamW(trainable(student), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     gen = torch.Generator().manual_seed(cfg.seed)
     state = restore(out, optimizer, gen) if cfg.resume else RunState()
+    start = "" if start_dir == target_dir else f" (starting from {start_dir})"
     log(f"target {target_dir} ({target_cfg.num_layers} layers, {cfg.dtype}, {device}); drafter = its first "
-        f"{layers} layers, {sum(p.numel() for p in trainable(student)) / 1e6:.1f}M trained params")
+        f"{layers} layers{start}, {sum(p.numel() for p in trainable(student)) / 1e6:.1f}M trained params")
     log(f"corpus {corpus.total:,} tokens: training on the first {len(corpus.train):,}, held-out from "
         f"token {corpus.held_out_start:,} ({corpus.held_out.shape[0]} windows of {cfg.seq_len})")
     target_top1 = argmax_tokens(teacher, corpus.held_out)
@@ -149,12 +171,14 @@ def model_tensors(model: Transformer) -> dict[str, torch.Tensor]:
 
 def save_checkpoint(out: Path, run: Run) -> None:
     """config.json + model.safetensors (self-contained: embeddings included) + tokenizer files
-    + train_state.pt + distill.json, written in a temp dir and swapped in."""
+    + the training tokens' counts (for --draft-vocab) + train_state.pt + distill.json, written in a
+    temp dir and swapped in."""
     with building(out) as tmp:
         config = drafter_config(read_config_json(run.target_dir), run.layers, "float32")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         save_file(model_tensors(run.student), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         copy_tokenizer_files(run.target_dir, tmp)
+        write_token_counts(tmp, run.corpus.train, run.teacher.cfg.vocab_size)
         torch.save({"step": run.state.step, "elapsed_s": run.state.elapsed_s,
                     "tokens_seen": run.state.tokens_seen, "history": run.state.history,
                     "optimizer": run.optimizer.state_dict(), "sampler": run.gen.get_state()},

@@ -44,6 +44,10 @@ def add_distill_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--save-every-minutes", type=float, default=5.0, help="checkpoint interval (default 5)")
     p.add_argument("--seed", type=int, default=0, help="window sampling seed (default 0)")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    p.add_argument("--init", metavar="DIR",
+                   help="start from this drafter checkpoint (one --draft-model accepts, e.g. the embedded drafter "
+                        "assembled in <cache>/models) instead of the target's first layers: to adapt a "
+                        "drafter to a new corpus")
     p.add_argument("--export-shared", metavar="DIR",
                    help="then write only the drafter's own tensors (bf16) + manifest to DIR; without a budget, "
                         "export the checkpoint in --out as it is")
@@ -52,7 +56,7 @@ def add_distill_parser(subparsers) -> argparse.ArgumentParser:
 
 
 ARG_FIELDS = ("corpus", "layers", "steps", "minutes", "batch", "seq_len", "lr", "warmup", "threads", "dtype",
-              "device", "eval_every", "save_every_minutes", "seed", "resume")
+              "device", "eval_every", "save_every_minutes", "seed", "resume", "init")
 
 
 def config_from_args(args: argparse.Namespace) -> DistillConfig:

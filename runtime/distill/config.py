@@ -31,6 +31,7 @@ class DistillConfig:
     device: str = "auto"              # auto | cpu | cuda | cuda:N
     seed: int = 0                     # window sampling seed
     resume: bool = False              # continue the run saved in `out`
+    init: str | None = None           # a new run starts from this drafter checkpoint's layers (None: the target's)
 
     def validate(self) -> "DistillConfig":
         for name in ("batch", "seq_len", "warmup", "eval_every", "eval_windows"):
@@ -46,6 +47,8 @@ class DistillConfig:
             raise UserError(f"--lr {self.lr} and --save-every-minutes {self.save_every_minutes} must be > 0")
         if not 0 < self.held_out_fraction < 1:
             raise UserError(f"held_out_fraction {self.held_out_fraction} must be between 0 and 1")
+        if self.init is not None and self.resume:
+            raise UserError(f"--init {self.init!r} starts a new run and --resume continues one; pass only one")
         if self.dtype not in TORCH_DTYPES:
             raise UserError(f"--dtype {self.dtype!r} is not one of {', '.join(TORCH_DTYPES)}")
         return self

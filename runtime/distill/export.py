@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -22,14 +23,16 @@ from triforce.runtime.engine import resolve_model_dir
 from triforce.runtime.errors import UserError
 from triforce.runtime.io_utils import building
 from triforce.runtime.model import load_model
+from triforce.runtime.vocab import COUNTS_FILE, write_token_counts
 
 
 def export_compact(ckpt_dir: str | Path, out_dir: str | Path, target_dir: str | Path | None = None,
                    tokens: torch.Tensor | None = None, log: Callable[[str], None] | None = None) -> dict:
     """Writes into out_dir only what the drafter does not share with its target: decoder layers +
-    final norm in bf16, config.json and a drafter.json manifest. With `tokens` (or the run's
-    corpus), the manifest records the agreement measured on the exported weights themselves
-    (bf16 -> fp32 after assembly), on the same held-out windows as training."""
+    final norm in bf16, config.json, the training tokens' counts (for --draft-vocab) and a
+    drafter.json manifest. With `tokens` (or the run's corpus), the manifest records the agreement
+    measured on the exported weights themselves (bf16 -> fp32 after assembly), on the same
+    held-out windows as training."""
     log = log or (lambda text: print(f"[distill] {text}", file=sys.stderr, flush=True))
     ckpt_dir, out_dir = Path(ckpt_dir).expanduser(), Path(out_dir).expanduser()
     report = json.loads((ckpt_dir / "distill.json").read_text()) if (ckpt_dir / "distill.json").is_file() else {}
@@ -46,11 +49,20 @@ def export_compact(ckpt_dir: str | Path, out_dir: str | Path, target_dir: str | 
                   metadata={"format": "pt"})
         config = drafter_config(read_config_json(ckpt_dir), ModelConfig.from_dir(ckpt_dir).num_layers, "bfloat16")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if tokens is None and report:
+            tokens = corpus_tokens(target_dir, report.get("config", {}).get("corpus"))
+        if (ckpt_dir / COUNTS_FILE).is_file():
+            shutil.copyfile(ckpt_dir / COUNTS_FILE, tmp / COUNTS_FILE)
+        elif tokens is not None:   # a checkpoint from before the counts were recorded
+            write_token_counts(tmp, split_corpus(tokens, held_out_settings(report), "(export)").train,
+                               config["vocab_size"])
         manifest = {"base": target_dir.name, "shares": shared_names, "shared_sha256": _tensor_digest(shared),
                     "weights_sha256": hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest(),
                     "layers": config["num_hidden_layers"], "dtype": "bfloat16",
                     "command": report.get("command", ""), "tokens_seen": report.get("tokens_seen"),
                     "training_final": report.get("final"), "held_out": report.get("held_out")}
+        if (tmp / COUNTS_FILE).is_file():
+            manifest["token_counts_sha256"] = hashlib.sha256((tmp / COUNTS_FILE).read_bytes()).hexdigest()
         manifest.update(exported_metrics(tmp, target_dir, report, tokens))
         (tmp / "drafter.json").write_text(json.dumps(manifest, indent=1) + "\n")
     size = sum(f.stat().st_size for f in out_dir.iterdir() if f.is_file())
@@ -68,16 +80,18 @@ def check_shared(ckpt_dir: Path, target_dir: Path, shared: dict[str, torch.Tenso
                             "pass the --model the drafter was distilled from")
 
 
+def held_out_settings(report: dict) -> DistillConfig:
+    """The run's split of its corpus into training tokens and held-out windows (distill.json)."""
+    settings = report.get("config", {})
+    return DistillConfig(out="", seq_len=settings.get("seq_len", 256), eval_windows=settings.get("eval_windows", 16),
+                         held_out_fraction=settings.get("held_out_fraction", 0.02))
+
+
 def exported_metrics(compact_dir: Path, target_dir: Path, report: dict, tokens: torch.Tensor | None) -> dict:
     """Held-out metrics of the compact weights as a user gets them (assembled, bf16 -> fp32)."""
-    if tokens is None and not report:
-        return {}
-    settings = report.get("config", {})
-    cfg = DistillConfig(out=str(compact_dir), seq_len=settings.get("seq_len", 256),
-                        eval_windows=settings.get("eval_windows", 16),
-                        held_out_fraction=settings.get("held_out_fraction", 0.02))
     if tokens is None:
-        tokens = corpus_tokens(target_dir, settings.get("corpus"))
+        return {}
+    cfg = held_out_settings(report)
     windows = split_corpus(tokens, cfg, "(export)").held_out
     with tempfile.TemporaryDirectory(dir=compact_dir.parent) as assembled:
         assemble_drafter(compact_dir, target_dir, Path(assembled) / "d", manifest=False)
