@@ -4,8 +4,11 @@ Regions of each layer's buffer [B, Hkv, sinks + window + scratch, D]:
     sink     slots [0, sinks)                 the first tokens of the sequence, never evicted
     recent   slots [sinks, committed)         the most recent committed tokens, oldest first
     scratch  slots [committed, length)        speculative tokens of the round in flight
-Keys are stored *before* RoPE and rotated by their slot index at every pass, so positions never
-exceed sinks + window + scratch: a drafter trained on 2K positions serves a 128K prompt.
+Keys are rotated by their slot index, so positions never exceed sinks + window + scratch: a
+drafter trained on 2K positions serves a 128K prompt. They are stored rotated, as in the other
+caches, so a pass only rotates its own tokens and takes the one-call native path (slots()); when
+eviction moves the recent region `count` slots left, its keys are turned back by `count` positions
+(a pure rotation in fp32, once per evicted block, not per pass).
 
 Only committed tokens are ever evicted (the oldest recent ones, in blocks of `evict_block`, one
 shift of the window per block rather than per token), and crop() only removes speculative ones,
@@ -29,7 +32,7 @@ class StreamingCache:
                              f"{scratch}")
         self.capacity = sinks + window + scratch
         shape = (cfg.num_layers, batch, cfg.num_kv_heads, self.capacity, cfg.head_dim)  # [L, B, Hkv, S, D]
-        self.k = torch.zeros(shape, device=device, dtype=dtype)  # keys before RoPE
+        self.k = torch.zeros(shape, device=device, dtype=dtype)  # keys rotated by their slot
         self.v = torch.zeros(shape, device=device, dtype=dtype)
         self.rope, self.batch, self.sinks, self.window = rope, batch, sinks, window
         self.evict_block = evict_block or max(1, window // 8)
@@ -41,11 +44,12 @@ class StreamingCache:
         self._cos = self._sin = None
 
     def _evict(self, count: int) -> None:
-        """Drops the `count` oldest recent tokens (shifts the rest of the recent region left)."""
+        """Drops the `count` oldest recent tokens: the rest of the recent region moves `count` slots
+        left, its keys turned back by `count` positions."""
         start = self.sinks
         keep = slice(start + count, self.length)
         kept = self.length - keep.start
-        self.k[:, :, :, start:start + kept] = self.k[:, :, :, keep].clone()
+        self.k[:, :, :, start:start + kept] = self._turn(self.k[:, :, :, keep], -count)
         self.v[:, :, :, start:start + kept] = self.v[:, :, :, keep].clone()
         self.length -= count
         self.committed = max(self.committed - count, min(self.sinks, self.length))
@@ -62,28 +66,43 @@ class StreamingCache:
             self.forced_evictions += 1
             self._evict(self.length + T - self.capacity)
         self._new = T
-        slots = torch.arange(self.length + T, device=self.k.device).expand(self.batch, -1)
-        self._cos, self._sin = self.rope.tables(slots)   # [B, S, D]: every slot, rotated afresh
-        return self._cos[:, self.length:], self._sin[:, self.length:]  # the new tokens' slots
+        slots = torch.arange(self.length, self.length + T, device=self.k.device).expand(self.batch, -1)
+        self._cos, self._sin = self.rope.tables(slots)   # [B, T, D]: the new tokens' slots
+        return self._cos, self._sin
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         start, stop = self.length, self.length + self._new
-        self.k[layer, :, :, start:stop] = k
+        Rope.rotate(k, self._cos, self._sin, out=self.k[layer, :, :, start:stop])
         self.v[layer, :, :, start:stop] = v
-        keys = Rope.rotate(self.k[layer, :, :, :stop], self._cos, self._sin)  # [B, Hkv, S, D]
-        return keys, self.v[layer, :, :, :stop]
+        return self.k[layer, :, :, :stop], self.v[layer, :, :, :stop]   # [B, Hkv, S, D]
+
+    def slots(self):
+        """As FullCache.slots: a pass writes its tokens at [length, length + T), keys rotated."""
+        return self.k, self.v, self.length, None
+
+    def _turn(self, keys: torch.Tensor, positions: int) -> torch.Tensor:
+        """keys [..., S, D] rotated by `positions` more (RoPE's rotation alone, in fp32, without the
+        tables' attention scaling) -> a new tensor of keys' dtype."""
+        angle = positions * self.rope.inv_freq.float()                # [D/2]
+        angle = torch.cat((angle, angle))                             # [D]
+        x = keys.float()
+        half = x.shape[-1] // 2
+        turned = x * angle.cos() + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * angle.sin()
+        return turned.to(keys.dtype)
 
     def fill_from(self, full, n: int) -> None:
         """Fills the cache from the first n tokens of a full cache of the same model (its sinks and
-        most recent tokens), un-rotating the keys back to before RoPE: the `streaming` mode's target
-        level starts from the prefill instead of a second pass over the prompt."""
+        most recent tokens), the keys turned from their positions to their slots: the `streaming`
+        mode's target level starts from the prefill instead of a second pass over the prompt."""
         keep = list(range(min(self.sinks, n))) + list(range(max(self.sinks, n - self.window), n))
         index = torch.tensor(keep, device=self.k.device)
         cos, sin = full.rope.tables(index.expand(self.batch, -1))          # [B, m, D], absolute positions
+        slot_cos, slot_sin = self.rope.tables(torch.arange(len(keep), device=self.k.device).expand(self.batch, -1))
         for layer in range(self.k.shape[0]):
             full_k, full_v = full.layer_kv(layer)                           # [B, Hkv, n, D]
             keys = full_k.index_select(2, index)                            # [B, Hkv, m, D] rotated
-            self.k[layer, :, :, :len(keep)] = Rope.rotate(keys, cos, -sin)  # rotation by -position
+            unrotated = Rope.rotate(keys, cos, -sin)                        # rotation by -position
+            Rope.rotate(unrotated, slot_cos, slot_sin, out=self.k[layer, :, :, :len(keep)])
             self.v[layer, :, :, :len(keep)] = full_v.index_select(2, index)
         self.length = self.committed = len(keep)
         self.evicted = n - len(keep)

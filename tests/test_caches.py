@@ -172,6 +172,29 @@ def test_streaming_fill_from_full_cache_equals_streaming_prefill():
     cache.fill_from(full, 20)
     assert cache.get_seq_length() == 20 and cache.length == 12 and cache.evicted == 8
     keep = [0, 1, 2, 3] + list(range(12, 20))
+    cos, sin = rope.tables(torch.arange(12)[None])       # stored rotated by their slots
     for layer in range(2):
-        torch.testing.assert_close(cache.k[layer, :, :, :12], raw[layer][:, :, keep], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(cache.k[layer, :, :, :12], Rope.rotate(raw[layer][:, :, keep], cos, sin),
+                                   rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(cache.v[layer, :, :, :12], raw[layer][:, :, keep] + 1)
+
+
+def test_streaming_keys_stay_rotated_by_their_slots_across_evictions():
+    """Keys are stored rotated; when eviction moves the recent region left, they are turned back by
+    as many positions: the cache then holds each visible token's key rotated by its new slot."""
+    rope = Rope(CFG, 64, torch.device("cpu"), torch.float32)
+    cache = streaming(sinks=4, window=8, block=3, scratch=2)
+    raw = torch.randn(2, 1, 2, 40, 4, generator=torch.Generator().manual_seed(0))   # [L, B, Hkv, N, D]
+    for t in range(40):
+        cos, sin = cache.begin(1)
+        for layer in range(2):
+            v = torch.full((1, 2, 1, 4), float(t))
+            cache.update(layer, torch.zeros(1, 4, 1, 4), raw[layer][:, :, t:t + 1], v)
+        cache.end()
+        cache.commit(t + 1)
+        visible = cache.v[0, 0, 0, :cache.length, 0].long().tolist()
+        slot_cos, slot_sin = rope.tables(torch.arange(cache.length)[None])
+        for layer in range(2):
+            torch.testing.assert_close(cache.k[layer, :, :, :cache.length],
+                                       Rope.rotate(raw[layer][:, :, visible], slot_cos, slot_sin), rtol=1e-5, atol=1e-5)
+    assert cache.evicted > 20

@@ -192,6 +192,7 @@ def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypa
     int8/int4 linears, with a bias on the qkv projection (Qwen2)."""
     from triforce.runtime import model as model_mod
     from triforce.runtime.cache_retrieval import RetrievalCache
+    from triforce.runtime.cache_streaming import StreamingCache
     from triforce.runtime.ops import pack_linears
     from triforce.runtime.quant import lower_level_copy
     path = save_tiny(tmp_path, transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
@@ -206,12 +207,16 @@ def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypa
         cache, logits = make_cache(), []
         for chunk in (tokens[:, :30], tokens[:, 30:31], tokens[:, 31:36], tokens[:, 36:37]):
             logits.append(model(chunk, cache))
+            cache.commit(cache.get_seq_length())
         return logits, cache
 
     def retrieval():
         return RetrievalCache(model.cfg, model.rope(64), 1, 32, 8, 24, model.device, model.dtype)
 
-    for make_cache in (lambda: full_cache(model, 64), retrieval):
+    def streaming():   # 30 + 7 tokens through 4 sinks + 20 recent: the later passes follow evictions
+        return StreamingCache(model.cfg, model.rope(32), 1, 4, 20, model.device, model.dtype, scratch=8, evict_block=2)
+
+    for make_cache in (lambda: full_cache(model, 64), retrieval, streaming):
         (fast, c1), (slow, c2) = run(True, make_cache), run(False, make_cache)
         assert all(torch.equal(a, b) for a, b in zip(fast, slow))
         assert torch.equal(c1.k, c2.k) and torch.equal(c1.v, c2.v)
