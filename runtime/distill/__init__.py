@@ -15,6 +15,10 @@ Held-out text: the last 2% of the corpus' tokens, never sampled for training. Fo
 16 evenly spaced windows of it: top-1 agreement = how often argmax(student) == argmax(target),
 which is the greedy acceptance rate of the drafter.
 
+--init DIR starts a new run from an existing drafter's layers instead of the target's (to adapt a
+drafter to new text). A checkpoint also records how often each token occurs in its training text
+(token_counts.npy): --draft-vocab N keeps the N most frequent of those.
+
 Budgets (--steps, --minutes) count the whole run, across --resume. The learning rate warms up
 over --warmup steps, then follows a cosine over the fraction of the budget spent.
 
