@@ -10,17 +10,18 @@ A forward pass over T new tokens calls, in order:
 and speculation rolls back with crop(n); commit(n) says the first n tokens are final (a policy
 that evicts, like the streaming cache, evicts only those). Each policy decides where keys are rotated: the full and
 retrieval caches store them rotated at their absolute positions; the streaming cache stores them
-before RoPE and rotates them by cache slot, so a short-context drafter serves any prompt length.
+rotated by cache slot (and turns them back when eviction moves them), so a short-context drafter
+serves any prompt length.
 The new tokens are always the last T of the S returned positions (see attention.py).
 
 slots() is optional: a cache whose update() is "rotate k into slots [start, start + T) of
 per-layer buffers [L, B, Hkv, capacity, D], store v there, attend to [0, start + T)" returns
 (k, v, start, last_query or None), and a CPU pass then runs its layers in one native call
-(model.decoder_plan); any other cache (streaming, offloaded, packed) goes through update().
+(model.decoder_plan); any other cache (offloaded, packed) goes through update().
 
 fill_from(full, n) fills a cache from the first n tokens of the target's full cache instead of a
 prefill pass: each policy knows how (the full cache copies a saved prefill, the retrieval cache
-selects chunks, the streaming cache keeps sinks and the recent window, un-rotated). The engine
+selects chunks, the streaming cache keeps sinks and the recent window, turned to its slots). The engine
 calls it for every level that runs on the target's weights, with no per-class dispatch.
 """
 from __future__ import annotations
