@@ -31,6 +31,8 @@ GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
 PRIOR_WEIGHT = 8            # ... worth this many drafted tokens
 EXPLORE_TOKENS = 12         # a level proposes at least 1 token, when its verifier runs, until it has drafted this many
+REPROBE_ROUNDS = 32         # ... and again once it has drafted nothing for this many rounds (a level switched off
+                            # gathers no evidence: an unlucky first sample, or text that changed, would keep it off)
 ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
 PROBE_POINTS = (1, 2, 4, 8, 16)  # pass lengths timed at start-up (up to each level's γ cap + 1)
 
@@ -134,6 +136,8 @@ class GammaTuner:
     predicted: float = 0.0                    # seconds per token of the current choice
     chosen: Counter = field(default_factory=Counter)
     choices: dict = field(default_factory=dict)   # rounded acceptances -> (γs, seconds per token)
+    idle: list = field(default_factory=list)      # per proposer: rounds since its drafted count last grew
+    seen: list = field(default_factory=list)      # per proposer: its drafted count at the last round
 
     @classmethod
     def start(cls, stack, caps: tuple[int, ...]) -> "GammaTuner":
@@ -149,11 +153,14 @@ class GammaTuner:
 
     def pick(self) -> tuple[int, ...]:
         """The γs for the next round: the cost model's optimum over every γ (0 included), then
-        exploration: a level that has drafted fewer than EXPLORE_TOKENS tokens proposes at least 1
-        in rounds that consult it (the drafter only when γ2 >= 2). Forcing γ1 >= 1 inside the
-        optimum instead made the tuner shun every γ2 >= 2 while a poor drafter explored."""
+        exploration: a level that has drafted fewer than EXPLORE_TOKENS tokens, or nothing for
+        REPROBE_ROUNDS rounds, proposes at least 1 in rounds that consult it (the drafter only when
+        γ2 >= 2). Forcing γ1 >= 1 inside the optimum instead made the tuner shun every γ2 >= 2
+        while a poor drafter explored."""
         alphas = tuple(round(a / ALPHA_STEP) * ALPHA_STEP for a in self.alphas())
-        exploring = tuple(lv.stats.drafted < EXPLORE_TOKENS for lv in self.stack[1:])
+        idle = self.idle or [0] * len(alphas)
+        exploring = tuple(lv.stats.drafted < EXPLORE_TOKENS or rounds >= REPROBE_ROUNDS
+                          for lv, rounds in zip(self.stack[1:], idle))
         key = (alphas, exploring)
         if key not in self.choices:
             gammas, predicted = choose(self.costs, list(alphas), [range(0, cap + 1) for cap in self.caps])
@@ -170,6 +177,11 @@ class GammaTuner:
 
     def __call__(self, decoder) -> None:
         self.chosen[self.gammas] += 1
+        drafted = [lv.stats.drafted for lv in self.stack[1:]]
+        if not self.seen:
+            self.seen, self.idle = list(drafted), [0] * len(drafted)
+        self.idle = [0 if now > before else rounds + 1 for now, before, rounds in zip(drafted, self.seen, self.idle)]
+        self.seen = drafted
         decoder.gammas = list(self.pick())
 
     def stats(self) -> dict:

@@ -4,7 +4,7 @@ import pytest
 
 from types import SimpleNamespace
 
-from triforce.runtime.gamma import EXPLORE_TOKENS, GammaTuner, PassCost, auto_caps, choose, expected_tokens, seconds_per_token
+from triforce.runtime.gamma import EXPLORE_TOKENS, REPROBE_ROUNDS, GammaTuner, PassCost, auto_caps, choose, expected_tokens, seconds_per_token
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
 
@@ -67,6 +67,29 @@ def test_tuner_explores_a_level_without_distorting_the_levels_above():
     dear = PassCost(((1, 0.010), (13, 0.130)))
     tuner = GammaTuner([level(), level(), level()], [costs[0], PassCost(((1, 0.009),)), dear], caps=(4, 12))
     assert choose(tuner.costs, tuner.alphas(), [range(0, 5), range(0, 13)])[0][1] == 0 and tuner.pick()[1] == 1
+
+
+def test_tuner_reprobes_a_level_it_switched_off():
+    """A level switched off drafts nothing, so its acceptance estimate would never change: after
+    REPROBE_ROUNDS rounds without drafting it proposes 1 token again, once, then the optimum rules."""
+    def level(drafted=0, accepted=0):
+        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted))
+    costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
+    tuner = GammaTuner([level(), level(drafted=30, accepted=1), level(drafted=40, accepted=36)], costs, caps=(4, 12))
+    decoder = SimpleNamespace(gammas=list(tuner.pick()))
+    assert decoder.gammas[0] == 0 and decoder.gammas[1] >= 2
+    def one_round(drafted_by_drafter=0):
+        tuner.stack[2].stats.drafted += decoder.gammas[1]     # the target verifies every round
+        tuner.stack[2].stats.accepted += decoder.gammas[1]
+        tuner.stack[1].stats.drafted += drafted_by_drafter
+        tuner(decoder)
+    for _ in range(REPROBE_ROUNDS - 1):
+        one_round()
+        assert decoder.gammas[0] == 0        # switched off, drafting nothing
+    one_round()
+    assert decoder.gammas[0] == 1 and decoder.gammas[1] >= 2   # re-probed, in a round that consults it
+    one_round(drafted_by_drafter=1)          # that round drafted one token (rejected)
+    assert decoder.gammas[0] == 0 and tuner.idle == [0, 0]
 
 
 def test_auto_caps_never_exceed_the_tokens_left():
