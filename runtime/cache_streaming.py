@@ -81,14 +81,14 @@ class StreamingCache:
         return self.k, self.v, self.length, None
 
     def _turn(self, keys: torch.Tensor, positions: int) -> torch.Tensor:
-        """keys [..., S, D] rotated by `positions` more (RoPE's rotation alone, in fp32, without the
-        tables' attention scaling) -> a new tensor of keys' dtype."""
+        """keys [L, B, Hkv, S, D] rotated by `positions` more (RoPE's rotation alone, in fp32, without
+        the tables' attention scaling) -> a new tensor of keys' dtype."""
+        L, B, H, S, D = keys.shape
         angle = positions * self.rope.inv_freq.float()                # [D/2]
         angle = torch.cat((angle, angle))                             # [D]
-        x = keys.float()
-        half = x.shape[-1] // 2
-        turned = x * angle.cos() + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * angle.sin()
-        return turned.to(keys.dtype)
+        x = keys.float().reshape(L * B, H, S, D)
+        turned = Rope.rotate(x, angle.cos().expand(L * B, S, D), angle.sin().expand(L * B, S, D))
+        return turned.view(L, B, H, S, D).to(keys.dtype)
 
     def fill_from(self, full, n: int) -> None:
         """Fills the cache from the first n tokens of a full cache of the same model (its sinks and

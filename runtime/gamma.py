@@ -136,8 +136,12 @@ class GammaTuner:
     predicted: float = 0.0                    # seconds per token of the current choice
     chosen: Counter = field(default_factory=Counter)
     choices: dict = field(default_factory=dict)   # rounded acceptances -> (γs, seconds per token)
-    idle: list = field(default_factory=list)      # per proposer: rounds since its drafted count last grew
-    seen: list = field(default_factory=list)      # per proposer: its drafted count at the last round
+    idle: list = field(init=False)                # per proposer: rounds since its drafted count last grew
+    seen: list = field(init=False)                # per proposer: its drafted count at the last round
+
+    def __post_init__(self) -> None:
+        self.seen = [lv.stats.drafted for lv in self.stack[1:]]
+        self.idle = [0] * len(self.seen)
 
     @classmethod
     def start(cls, stack, caps: tuple[int, ...]) -> "GammaTuner":
@@ -158,9 +162,8 @@ class GammaTuner:
         γ2 >= 2). Forcing γ1 >= 1 inside the optimum instead made the tuner shun every γ2 >= 2
         while a poor drafter explored."""
         alphas = tuple(round(a / ALPHA_STEP) * ALPHA_STEP for a in self.alphas())
-        idle = self.idle or [0] * len(alphas)
         exploring = tuple(lv.stats.drafted < EXPLORE_TOKENS or rounds >= REPROBE_ROUNDS
-                          for lv, rounds in zip(self.stack[1:], idle))
+                          for lv, rounds in zip(self.stack[1:], self.idle))
         key = (alphas, exploring)
         if key not in self.choices:
             gammas, predicted = choose(self.costs, list(alphas), [range(0, cap + 1) for cap in self.caps])
@@ -178,8 +181,6 @@ class GammaTuner:
     def __call__(self, decoder) -> None:
         self.chosen[self.gammas] += 1
         drafted = [lv.stats.drafted for lv in self.stack[1:]]
-        if not self.seen:
-            self.seen, self.idle = list(drafted), [0] * len(drafted)
         self.idle = [0 if now > before else rounds + 1 for now, before, rounds in zip(drafted, self.seen, self.idle)]
         self.seen = drafted
         decoder.gammas = list(self.pick())
