@@ -7,7 +7,7 @@ proposal distribution, including one that is zero on most of the vocabulary).
     same   the level runs on the model's own weights (no copy)
     int8   per-output-row symmetric int8 (1 byte per weight + one scale per row)
     int4   asymmetric 4-bit in groups of INT4_GROUP input columns (0.5 byte per weight + a bf16
-           scale and zero per group)
+           scale and zero per group) for the decoder layers; the head stays int8 (HEAD_KIND)
 
 On a CPU with avx512_vnni both run runtime/csrc/quant_cpu.cpp (activations quantized to int8 per
 32 columns on the fly, int8 dot products; at the memory floor for one row); elsewhere torch's
@@ -239,6 +239,11 @@ class Int4Linear(_QuantLinear):
 
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
+# The head's rounding moves the logits directly, so `int4` keeps the head in int8: on the essays
+# at 7K (teacher-forced, 256 tokens; tools: docs/BENCHMARKS.md round 6) an int4 head alone cut the
+# middle level's expected acceptance at T = 0.6 from 0.935 to 0.879 and its greedy agreement from
+# 0.988 to 0.973, while int4 decoder layers under an int8 head lost nothing (0.935, 0.988).
+HEAD_KIND = {"int8": "int8", "int4": "int8"}
 
 
 class PrunedHead(nn.Module):
@@ -279,10 +284,12 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
     if kept is not None:
         out.lm_head = PrunedHead(out.lm_head, kept, model.cfg.vocab_size)
     if weights != "same":
+        head = set(map(id, out.lm_head.modules())) | {id(out.lm_head)}
         for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
             for name, child in list(parent.named_children()):
                 if isinstance(child, (nn.Linear, PackedLinear)):   # nn.Linear, ops.Linear and ops.PackedLinear
-                    setattr(parent, name, QUANTIZED[weights](child))
+                    kind = HEAD_KIND[weights] if id(child) in head else weights
+                    setattr(parent, name, QUANTIZED[kind](child))
         for m in out.modules():
             if isinstance(m, Int4Linear):
                 m._codes = None

@@ -144,6 +144,18 @@ def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
     assert lower_level_copy(tiny_target, "same") is tiny_target
 
 
+def test_int4_copy_keeps_its_head_in_int8(tiny_target):
+    """int4 quantizes the decoder layers only: an int4 head's rounding moves the logits directly
+    and cut the middle level's acceptance (quant.HEAD_KIND), a pruned head included."""
+    for kept in (None, torch.tensor([0, 2, 3])):
+        c = lower_level_copy(tiny_target, "int4", kept)
+        head = c.lm_head.inner if kept is not None else c.lm_head
+        assert isinstance(head, Int8Linear), type(head)
+        assert isinstance(c.model.layers[0].self_attn.qkv_proj, Int4Linear)
+        assert isinstance(c.model.layers[-1].mlp.down_proj, Int4Linear)
+        assert c.weights.startswith("int4")
+
+
 def test_lower_levels_of_a_packed_model_equal_those_of_the_dense_one(tiny_target):
     """The engine packs a bf16 target (ops.pack_linears) before the middle level and the drafter
     are copied from it: the quantized and pruned copies are made from the same dense weights."""
