@@ -44,6 +44,13 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)
 
 
+def per_token_acceptance(stats) -> float:
+    """Estimated chance that one offered token is accepted (GammaTuner.alphas), smoothed by a prior
+    of PRIOR_WEIGHT tested tokens at PRIOR_ACCEPTANCE."""
+    tested = stats.accepted + stats.rejections
+    return (stats.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (tested + PRIOR_WEIGHT)
+
+
 @dataclass(frozen=True)
 class PassCost:
     """Seconds of a T-token pass, measured at a few T and linear between (and beyond) them."""
@@ -152,8 +159,14 @@ class GammaTuner:
         return tuner
 
     def alphas(self) -> list[float]:
-        return [(lv.stats.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (lv.stats.drafted + PRIOR_WEIGHT)
-                for lv in self.stack[1:]]
+        """Each verifier's per-token acceptance α, as the cost model means it: the chance that one
+        offered token passes. A round offering k tokens tests them one by one until the first
+        rejection, so it holds accepted successes and at most one failure; the tokens after a
+        rejection were never tested. α = accepted / (accepted + rejections) is that chance's
+        estimate; accepted / drafted (the reported `acceptance`) counts the untested tokens as
+        failures and biased the choice towards short drafts (at 7K a per-token 0.977 read as
+        0.94, and γ2 stayed at 2-3 where 5-6 paid)."""
+        return [per_token_acceptance(lv.stats) for lv in self.stack[1:]]
 
     def pick(self) -> tuple[int, ...]:
         """The γs for the next round: the cost model's optimum over every γ (0 included), then

@@ -34,6 +34,7 @@ class LevelStats:
     seconds: float = 0.0     # wall time spent in this level's forward passes
     drafted: int = 0         # tokens proposed to this level (as verifier)
     accepted: int = 0        # of those, accepted
+    rejections: int = 0      # rounds that ended at a rejected token (the others accepted all they were offered)
     rebuilds: int = 0        # retrieval cache rebuilds (middle level only)
     moved_bytes: int = 0     # bytes copied between the host tier and the device during its passes
 
@@ -111,6 +112,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
         num, nxt = accept(torch.zeros(1, 0, dtype=torch.long, device=p.device), p[None, :0], p[None], generator)
     num = int(num[0])  # host sync: the sequence is bookkept on the host
     top.stats.accepted += num
+    top.stats.rejections += num < k
     return drafted[:num] + [int(nxt[0])], p[:num + 1]
 
 

@@ -4,7 +4,11 @@ import pytest
 
 from types import SimpleNamespace
 
-from triforce.runtime.gamma import EXPLORE_TOKENS, REPROBE_ROUNDS, GammaTuner, PassCost, auto_caps, choose, expected_tokens, seconds_per_token
+import torch
+
+from triforce.runtime.gamma import (EXPLORE_TOKENS, REPROBE_ROUNDS, GammaTuner, PassCost, auto_caps, choose, expected_tokens,
+                                    per_token_acceptance, seconds_per_token)
+from triforce.runtime.speculate import LevelStats
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
 
@@ -45,14 +49,15 @@ def test_tuner_explores_a_level_without_distorting_the_levels_above():
     EXPLORE_TOKENS drafted) it proposes 1 token in rounds that consult it, and the middle level
     still speculates as deep as the cost model wants (forcing γ1 >= 1 inside the optimum made the
     tuner shun every γ2 >= 2, the only γ2 that consults the drafter); once explored it is dropped."""
-    def level(drafted=0, accepted=0):
-        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted))
+    def level(drafted=0, accepted=0):   # every untested token counted as a rejection: alpha = accepted / drafted
+        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
     costs = [PassCost(((1, 0.005),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
     tuner = GammaTuner([level(), level(), level(drafted=40, accepted=36)], costs, caps=(4, 12))
     g1, g2 = tuner.pick()
     unexplored, _ = choose(costs, tuner.alphas(), [range(0, 5), range(0, 13)])
     assert unexplored[0] == 0 and g2 == unexplored[1] >= 2 and g1 == 1
     tuner.stack[1].stats.drafted, tuner.stack[1].stats.accepted = EXPLORE_TOKENS, 2
+    tuner.stack[1].stats.rejections = EXPLORE_TOKENS - 2
     g1, g2 = tuner.pick()
     assert g1 == 0 and g2 >= 2
     assert tuner.predicted == pytest.approx(seconds_per_token(costs, tuner.alphas(), (0, g2)), rel=0.02)
@@ -61,7 +66,7 @@ def test_tuner_explores_a_level_without_distorting_the_levels_above():
     tuner = GammaTuner([level(), level(drafted=EXPLORE_TOKENS, accepted=12), level(drafted=40, accepted=36)],
                        costs, caps=(4, 12))
     assert tuner.pick()[0] >= 1
-    tuner.stack[1].stats.drafted, tuner.stack[1].stats.accepted = 30, 1
+    tuner.stack[1].stats.drafted, tuner.stack[1].stats.accepted, tuner.stack[1].stats.rejections = 30, 1, 29
     assert tuner.pick()[0] == 0
     # the target's proposer explores too: at least 1 token even where the prior says speculation does not pay
     dear = PassCost(((1, 0.010), (13, 0.130)))
@@ -72,8 +77,8 @@ def test_tuner_explores_a_level_without_distorting_the_levels_above():
 def test_tuner_reprobes_a_level_it_switched_off():
     """A level switched off drafts nothing, so its acceptance estimate would never change: after
     REPROBE_ROUNDS rounds without drafting it proposes 1 token again, once, then the optimum rules."""
-    def level(drafted=0, accepted=0):
-        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted))
+    def level(drafted=0, accepted=0):   # every untested token counted as a rejection: alpha = accepted / drafted
+        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
     costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
     tuner = GammaTuner([level(), level(drafted=30, accepted=1), level(drafted=40, accepted=36)], costs, caps=(4, 12))
     decoder = SimpleNamespace(gammas=list(tuner.pick()))
@@ -82,6 +87,7 @@ def test_tuner_reprobes_a_level_it_switched_off():
         tuner.stack[2].stats.drafted += decoder.gammas[1]     # the target verifies every round
         tuner.stack[2].stats.accepted += decoder.gammas[1]
         tuner.stack[1].stats.drafted += drafted_by_drafter
+        tuner.stack[1].stats.rejections += drafted_by_drafter
         tuner(decoder)
     for _ in range(REPROBE_ROUNDS - 1):
         one_round()
@@ -90,6 +96,38 @@ def test_tuner_reprobes_a_level_it_switched_off():
     assert decoder.gammas[0] == 1 and decoder.gammas[1] >= 2   # re-probed, in a round that consults it
     one_round(drafted_by_drafter=1)          # that round drafted one token (rejected)
     assert decoder.gammas[0] == 0 and tuner.idle == [0, 0]
+
+
+def test_per_token_acceptance_is_unbiased_where_drafted_over_accepted_is_not():
+    """Rounds of γ = 6 offered tokens, each accepted with probability 0.9 until the first rejection
+    (what verify_round counts): accepted / (accepted + rejections) recovers 0.9, accepted / drafted
+    reads ~0.75 (the untested tokens after a rejection counted as failures)."""
+    gen = torch.Generator().manual_seed(0)
+    stats = LevelStats()
+    for _ in range(4000):
+        passed = torch.rand(6, generator=gen) < 0.9
+        num = int(passed.long().cumprod(0).sum())
+        stats.drafted += 6
+        stats.accepted += num
+        stats.rejections += num < 6
+    assert per_token_acceptance(stats) == pytest.approx(0.9, abs=0.01)
+    assert stats.accepted / stats.drafted < 0.8
+
+
+def test_verify_round_counts_rejections():
+    """One rejection per round that ends at a rejected token, none for a round accepting all."""
+    from triforce.runtime.speculate import verify_round
+    class Table:   # a level whose distribution after any prefix is one-hot at a fixed token
+        def __init__(self, name, token):
+            self.name, self.token, self.stats = name, token, LevelStats()
+        def probs(self, seq, k):
+            return torch.nn.functional.one_hot(torch.full((k,), self.token), 5).float()
+    gen = torch.Generator().manual_seed(0)
+    agree, disagree = [Table("d", 1), Table("t", 1)], [Table("d", 2), Table("t", 1)]
+    tokens, _ = verify_round(agree, [3], [0], 3, gen)
+    assert tokens == [1, 1, 1, 1] and (agree[1].stats.accepted, agree[1].stats.rejections) == (3, 0)
+    tokens, _ = verify_round(disagree, [3], [0], 3, gen)
+    assert tokens == [1] and (disagree[1].stats.accepted, disagree[1].stats.rejections) == (0, 1)
 
 
 def test_auto_caps_never_exceed_the_tokens_left():
