@@ -243,7 +243,7 @@ QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
 # at 7K (teacher-forced, 256 tokens; tools: docs/BENCHMARKS.md round 6) an int4 head alone cut the
 # middle level's expected acceptance at T = 0.6 from 0.935 to 0.879 and its greedy agreement from
 # 0.988 to 0.973, while int4 decoder layers under an int8 head lost nothing (0.935, 0.988).
-HEAD_KIND = {"int8": "int8", "int4": "int8"}
+HEAD_KIND = {"same": "same", "int8": "int8", "int4": "int8"}
 
 
 class PrunedHead(nn.Module):
@@ -271,29 +271,35 @@ class PrunedHead(nn.Module):
         return out.index_copy_(-1, self.kept, small)
 
 
-def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor | None = None) -> nn.Module:
+def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor | None = None,
+                     head: str | None = None) -> nn.Module:
     """A model for a lower level: `model` itself when nothing changes, else a copy whose linear
-    weights are quantized (`weights`) and/or whose head keeps only the `kept` ids. Embeddings,
-    norms and RoPE settings are shared with `model` (the copy holds references, not copies)."""
-    if weights not in WEIGHT_KINDS:
-        raise UserError(f"weights {weights!r} is not one of {', '.join(WEIGHT_KINDS)}")
-    if weights == "same" and kept is None:
+    weights are quantized (`weights`) and/or whose head keeps only the `kept` ids. The head is
+    quantized as HEAD_KIND[weights] says unless `head` names a kind (the `lower` bench suite
+    compares them). Embeddings, norms and RoPE settings are shared with `model` (the copy holds
+    references, not copies)."""
+    for kind in (weights, head or weights):
+        if kind not in WEIGHT_KINDS:
+            raise UserError(f"weights {kind!r} is not one of {', '.join(WEIGHT_KINDS)}")
+    if weights == "same" and kept is None and head in (None, "same"):
         return model
     shared = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
     out = copy.deepcopy(model, memo=shared)       # new modules, same tensors
     if kept is not None:
         out.lm_head = PrunedHead(out.lm_head, kept, model.cfg.vocab_size)
-    if weights != "same":
-        head = set(map(id, out.lm_head.modules())) | {id(out.lm_head)}
-        for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
-            for name, child in list(parent.named_children()):
-                if isinstance(child, (nn.Linear, PackedLinear)):   # nn.Linear, ops.Linear and ops.PackedLinear
-                    kind = HEAD_KIND[weights] if id(child) in head else weights
+    head = head or HEAD_KIND[weights]
+    in_head = set(map(id, out.lm_head.modules())) | {id(out.lm_head)}
+    for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
+        for name, child in list(parent.named_children()):
+            if isinstance(child, (nn.Linear, PackedLinear)):   # nn.Linear, ops.Linear and ops.PackedLinear
+                kind = head if id(child) in in_head else weights
+                if kind != "same":
                     setattr(parent, name, QUANTIZED[kind](child))
-        for m in out.modules():
-            if isinstance(m, Int4Linear):
-                m._codes = None
-    out.weights = weights + (f"+vocab{len(kept)}" if kept is not None else "")
+    for m in out.modules():
+        if isinstance(m, Int4Linear):
+            m._codes = None
+    out.weights = weights + (f"+head-{head}" if head != HEAD_KIND[weights] else "") \
+        + (f"+vocab{len(kept)}" if kept is not None else "")
     return out
 
 

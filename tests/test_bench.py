@@ -125,3 +125,24 @@ def test_paired_speedup_is_the_median_of_per_repeat_ratios():
     assert paired_speedup(ar, tf) == 2.0
     assert speedup(ar["ms_per_token"]["median"], tf["ms_per_token"]["median"]) == 3.0
     assert paired_speedup(None, tf) is None
+
+
+def test_lower_suite_measures_a_middle_level_against_the_target(tiny_pair, tmp_path, capsys):
+    """Teacher-forced: with the whole context in the retrieval budget, the target's own weights
+    agree with it everywhere (agreement and expected acceptance 1); a quantized copy is a
+    probability; LAYERS:HEAD names the head's kind, and an unknown kind is refused up front."""
+    target, _ = tiny_pair
+    args = ["bench", "--suite", "lower", "--model", str(target), "--contexts", "64", "--budget", "64",
+            "--new-tokens", "6", "--temperatures", "0", "0.6", "--dtypes", "fp32", "--threads", "1"]
+    assert main(args + ["--lower-weights", "same", "int8:int4", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "lower.json").read_text())["rows"]
+    assert [(r["temperature"], r["weights"]) for r in rows] == [(0.0, "same"), (0.0, "int8:int4"),
+                                                                 (0.6, "same"), (0.6, "int8:int4")]
+    for r in rows:
+        assert 0 <= r["greedy_agreement"] <= 1 and 0 <= r["expected_acceptance"] <= 1 + 1e-6
+        if r["weights"] == "same":
+            assert r["greedy_agreement"] == 1 and r["expected_acceptance"] == pytest.approx(1, abs=1e-4)
+    assert rows[1]["weight_bytes"] < rows[0]["weight_bytes"]
+    assert "| 64 | 0.6 | int8:int4 |" in capsys.readouterr().out
+    assert main(args + ["--lower-weights", "int3"]) == 2
+    assert "weights 'int3' is not one of same, int8, int4" in capsys.readouterr().err

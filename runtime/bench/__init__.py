@@ -12,6 +12,7 @@ Suites (one function each, registered in runtime/bench/registry.py):
   passes     one T-token forward pass per level against its roofline (bytes, FLOPs)
   ray        in-process vs the Ray backend, same requests (--tp, --pp)
   batch      batched decoding: modes x --batch-sizes
+  lower      a quantized middle level against the target, teacher-forced: agreement, expected acceptance
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from triforce.runtime.bench import batch, offload, passes, ray, repro, suites  # noqa: F401 -- importing registers the suites
+from triforce.runtime.bench import batch, lower, offload, passes, ray, repro, suites  # noqa: F401 -- importing registers the suites
 from triforce.runtime.bench.measure import machine, pass_cost  # noqa: F401 -- public
 from triforce.runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
 from triforce.runtime.bench.registry import SUITES, get_suite
@@ -76,6 +77,8 @@ def add_bench_parser(sub) -> None:
                    help="passes suite: tokens per forward pass (T)")
     p.add_argument("--levels", nargs="+", choices=["target", "retrieval", "drafter"],
                    default=["target", "retrieval", "drafter"], help="passes suite: which levels to time")
+    p.add_argument("--lower-weights", nargs="+", default=["same", "int8", "int4"],
+                   help="lower suite: the middle level's weights, LAYERS or LAYERS:HEAD (int4:int4 = int4 head too)")
     p.add_argument("--llama-bench", help="peers: a llama-bench binary; with --gguf adds llama.cpp at the same depth "
                    "(bf16 rows; skipped without both; docs/BENCHMARKS.md has the build recipe)")
     p.add_argument("--gguf", help="peers: the same model converted to a bf16 GGUF for --llama-bench")

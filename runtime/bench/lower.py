@@ -1,0 +1,96 @@
+"""`triforce bench --suite lower`: how close a lower level's distribution is to the target's, per
+weight kind, measured directly instead of through a noisy end-to-end run.
+
+Teacher forcing: the target continues the prompt (`--new-tokens` tokens, greedy at T = 0, sampled
+at T > 0), then the target on its full cache and the middle level (a quantized copy of the target
+on its retrieval cache of `--budget` tokens) each read prompt + continuation in one pass. At every
+continuation position:
+    greedy agreement     the two argmaxes agree (at T = 0: the chance a greedy draft is accepted)
+    expected acceptance  sum over the vocabulary of min(p, q) with p, q the two levels' sampling
+                         distributions at T (top-p included): exactly the probability that the
+                         acceptance rule keeps a token the middle level proposed at that position
+Rows are (context, T, weights); `--lower-weights` takes LAYERS or LAYERS:HEAD (e.g. int4:int4, an
+int4 head; plain int4 keeps the head int8, runtime/quant.py HEAD_KIND).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import torch
+
+from triforce.runtime.bench.registry import register
+from triforce.runtime.bench.report import fmt, markdown_table
+from triforce.runtime.bench.suites import base_run, prompt_ids
+from triforce.runtime.engine import Engine
+from triforce.runtime.errors import UserError
+from triforce.runtime.modes import make_cache, mode_levels
+from triforce.runtime.quant import lower_level_copy, weight_bytes
+from triforce.runtime.sampling import SamplingParams, probs_from_logits
+from triforce.runtime.speculate import Level
+
+
+def weights_spec(spec: str) -> tuple[str, str | None]:
+    """LAYERS or LAYERS:HEAD -> (layers, head or None)."""
+    layers, _, head = spec.partition(":")
+    return layers, head or None
+
+
+def middle_level(engine: Engine, run, model, target: Level, context: int, capacity: int) -> Level:
+    """run's retrieval level on `model`, selected from the target's full cache over `context` tokens."""
+    spec = mode_levels(dataclasses.replace(run, mode="retrieval"), capacity)[0][0]
+    cache = make_cache(spec.cache, model.cfg, target.cache.rope, engine.device, engine.model.dtype)
+    cache.fill_from(target.cache, context)
+    level = Level(spec.name, model, cache, run.sampling, spec.max_pass)
+    level.cached = list(target.cached[:context])
+    level.commit(level.cached)
+    return level
+
+
+@register("lower", table=lambda report: table_lower(report),
+          help="a quantized middle level against the target, teacher-forced: agreement, expected acceptance")
+@torch.inference_mode()
+def suite_lower(args: argparse.Namespace) -> dict:
+    run = base_run(args, mode="ar", temperature=0.0)
+    engine = Engine(run, keep_prefill=True)
+    models = {}
+    for spec in args.lower_weights:   # validates the kinds before anything runs
+        layers, head = weights_spec(spec)
+        models[spec] = lower_level_copy(engine.model, layers, head=head)
+    rows = []
+    for context in (int(c) for c in args.contexts if c != "max"):
+        ids = prompt_ids(engine, args, context)
+        for temperature in args.temperatures:
+            params = SamplingParams(temperature=temperature, top_p=args.top_p)
+            request = dataclasses.replace(run, temperature=temperature, max_new_tokens=args.new_tokens)
+            continuation = engine.generate(ids, request).token_ids             # the target's own tokens
+            if len(continuation) < 2:
+                raise UserError(f"the target stopped after {len(continuation)} tokens; use another prompt")
+            seq, n = ids + continuation, len(continuation)
+            stack, _ = engine.build_stack(request, len(seq) + 8)
+            engine.prefill(stack, ids, None)
+            target = stack[-1]
+            prompt_query = target.cache.last_query.clone()    # what the retrieval selection scores with
+            target_logits = target.feed(seq[:-1], keep_last=n)                      # [n, V]
+            p = probs_from_logits(target_logits, params)
+            target.feed(ids[:-1])                                                   # back to the prompt
+            target.cache.last_query.copy_(prompt_query)
+            for spec in args.lower_weights:
+                middle = middle_level(engine, request, models[spec], target, len(ids) - 1, len(seq) + 8)
+                logits = middle.feed(seq[:-1], keep_last=n)                         # [n, V]
+                q = probs_from_logits(logits, params)
+                agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
+                rows.append(dict(context=context, temperature=temperature, weights=spec, budget=run.retrieval_budget,
+                                 tokens=n, weight_bytes=weight_bytes(models[spec]),
+                                 greedy_agreement=round(agree, 4),
+                                 expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4)))
+                print(table_lower(dict(rows=[rows[-1]])).splitlines()[-1], flush=True)
+    return dict(suite="lower", budget=run.retrieval_budget, top_p=args.top_p, rows=rows)
+
+
+def table_lower(report: dict) -> str:
+    body = [[str(r["context"]), str(r["temperature"]), r["weights"], str(r["budget"]), str(r["tokens"]),
+             fmt(r["weight_bytes"] / 1e6, ".0f"), fmt(r["greedy_agreement"], ".3f"), fmt(r["expected_acceptance"], ".3f")]
+            for r in report["rows"]]
+    return markdown_table(["context", "T", "middle weights", "budget", "tokens", "weight MB", "greedy agreement",
+                           "expected acceptance"], body)
