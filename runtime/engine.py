@@ -23,7 +23,7 @@ from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
 from triforce.runtime.placement import Placement
 from triforce.runtime.probes import resolve_device
-from triforce.runtime.speculate import Level, LevelStats, SpecDecoder, level_stats
+from triforce.runtime.speculate import Level, SpecDecoder, level_stats
 
 
 def resolve_model_dir(model: str | None) -> Path:
@@ -213,7 +213,7 @@ class Engine(Checkpoint):
             level.cached = list(context)
             level.commit(context)
         for level in stack:
-            level.stats = LevelStats()
+            level.reset_stats()
         if self.keep_prefill and self._saved_prefill(context) is None:
             saved = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
             saved.fill_from(target.cache, len(context))

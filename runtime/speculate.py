@@ -79,6 +79,12 @@ class Level:
         self.cached = list(seq)
         return logits
 
+    def reset_stats(self) -> None:
+        """Zeroes the figures (after the prefill: stats are the decode's), the cache's own included."""
+        self.stats = LevelStats()
+        if hasattr(self.cache, "forced_evictions"):   # a StreamingLLM cache: the prefill's passes overflow
+            self.cache.forced_evictions = 0          # its scratch by design (they are committed right after)
+
     def probs(self, seq: list[int], k: int) -> torch.Tensor:
         """Distributions of the next token after each of the last k positions of seq: [k, V]."""
         return probs_from_logits(self.feed(seq, keep_last=k), self.params)

@@ -124,6 +124,18 @@ def test_mode_figures_in_stats(engine, kjv_ids):
     assert s["tokens_per_target_pass"] == pytest.approx(len(result.token_ids) / s["target_passes"], rel=1e-3)
 
 
+@pytest.mark.slow
+def test_prefill_does_not_count_as_forced_evictions(engine, kjv_ids):
+    """The drafter's prefill passes (window // 2 tokens each, committed right after) overflow its
+    scratch by design; forced_evictions reports the decode's only, so a prompt longer than the
+    drafter's window starts at 0 (it read ~#passes before). Each verifier reports its rejections."""
+    s = run(engine, kjv_ids[:700], "triforce", max_new_tokens=8).stats
+    assert s["levels"]["drafter"]["forced_evictions"] == 0
+    for name in ("retrieval", "target"):
+        level = s["levels"][name]
+        assert 0 <= level["rejections"] <= level["drafted"] - level["accepted"]
+
+
 def test_drafter_with_another_vocabulary_is_refused(default_model_dir, cut_drafter, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(cut_drafter, other)
