@@ -29,7 +29,7 @@ import torch
 
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
-PRIOR_WEIGHT = 8            # ... worth this many drafted tokens
+PRIOR_WEIGHT = 8            # ... worth this many tested tokens (per_token_acceptance)
 EXPLORE_TOKENS = 12         # a level proposes at least 1 token, when its verifier runs, until it has drafted this many
 REPROBE_ROUNDS = 32         # ... and again once it has drafted nothing for this many rounds (a level switched off
                             # gathers no evidence: an unlucky first sample, or text that changed, would keep it off)

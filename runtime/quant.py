@@ -240,9 +240,9 @@ class Int4Linear(_QuantLinear):
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
 # The head's rounding moves the logits directly, so `int4` keeps the head in int8: on the essays
-# at 7K (teacher-forced, 256 tokens; tools: docs/BENCHMARKS.md round 6) an int4 head alone cut the
-# middle level's expected acceptance at T = 0.6 from 0.935 to 0.879 and its greedy agreement from
-# 0.988 to 0.973, while int4 decoder layers under an int8 head lost nothing (0.935, 0.988).
+# at 7K (`triforce bench --suite lower`, docs/BENCHMARKS.md round 6) an int4 head cut the middle
+# level's expected acceptance at T = 0.6 from int8's 0.937 to 0.891 and its greedy agreement from
+# 0.988 to 0.973, while int4 decoder layers under an int8 head lost nothing (0.941, 0.988).
 HEAD_KIND = {"same": "same", "int8": "int8", "int4": "int8"}
 
 

@@ -44,13 +44,16 @@ def test_choose_speculates_deeply_when_verification_is_free_and_not_at_all_when_
     assert gammas == (0,) and best == dear(1)
 
 
+def level(drafted=0, accepted=0):
+    """A level whose stats count every untested token as a rejection: its alpha is accepted / drafted."""
+    return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
+
+
 def test_tuner_explores_a_level_without_distorting_the_levels_above():
     """A drafter that costs as much as the middle level does not pay. While it explores (fewer than
     EXPLORE_TOKENS drafted) it proposes 1 token in rounds that consult it, and the middle level
     still speculates as deep as the cost model wants (forcing γ1 >= 1 inside the optimum made the
     tuner shun every γ2 >= 2, the only γ2 that consults the drafter); once explored it is dropped."""
-    def level(drafted=0, accepted=0):   # every untested token counted as a rejection: alpha = accepted / drafted
-        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
     costs = [PassCost(((1, 0.005),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
     tuner = GammaTuner([level(), level(), level(drafted=40, accepted=36)], costs, caps=(4, 12))
     g1, g2 = tuner.pick()
@@ -77,8 +80,6 @@ def test_tuner_explores_a_level_without_distorting_the_levels_above():
 def test_tuner_reprobes_a_level_it_switched_off():
     """A level switched off drafts nothing, so its acceptance estimate would never change: after
     REPROBE_ROUNDS rounds without drafting it proposes 1 token again, once, then the optimum rules."""
-    def level(drafted=0, accepted=0):   # every untested token counted as a rejection: alpha = accepted / drafted
-        return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
     costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.012), (13, 0.027)))]
     tuner = GammaTuner([level(), level(drafted=30, accepted=1), level(drafted=40, accepted=36)], costs, caps=(4, 12))
     decoder = SimpleNamespace(gammas=list(tuner.pick()))

@@ -47,8 +47,6 @@ def middle_level(engine: Engine, run, model, target: Level, context: int, capaci
     return level
 
 
-@register("lower", table=lambda report: table_lower(report),
-          help="a quantized middle level against the target, teacher-forced: agreement, expected acceptance")
 @torch.inference_mode()
 def suite_lower(args: argparse.Namespace) -> dict:
     run = base_run(args, mode="ar", temperature=0.0)
@@ -94,3 +92,7 @@ def table_lower(report: dict) -> str:
             for r in report["rows"]]
     return markdown_table(["context", "T", "middle weights", "budget", "tokens", "weight MB", "greedy agreement",
                            "expected acceptance"], body)
+
+
+register("lower", table=table_lower,
+         help="a quantized middle level against the target, teacher-forced: agreement, expected acceptance")(suite_lower)
