@@ -44,7 +44,7 @@ def check(kernel, B, Hkv, G, T, S, D, dtype, seed=0, **kw):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("T", range(1, 33))
 def test_every_T(kernel, T, dtype):
-    # S ragged around the block (64) and chunk (1024) sizes; G cycles through 1..8
+    # S ragged around the block (64) and chunk (512, 1024) sizes; G cycles through 1..8
     for i, S in enumerate((T, T + 6, 63 + T, 1000 + T)):
         check(kernel, B=1, Hkv=2, G=1 + (T + i) % 8, T=T, S=S, D=64, dtype=dtype, seed=T * 10 + i)
 

@@ -4,10 +4,11 @@
 //
 // * GQA-aware: the G = H / Hkv query heads of one KV head and their T tokens form R = G*T query
 //   rows (row r = g*T + t), and each block of NB keys is read once for all R rows.
-// * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks of CHUNK
-//   keys; work items are (b, kv head, chunk), each with its own partial (max, sum, acc), merged
-//   by log-sum-exp in chunk order. Prefill (more rows): items are (b, kv head, block of rows),
-//   each over all the keys up to its last visible one, written out directly.
+// * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks (chunk_end:
+//   512, 512, then CHUNK keys each); work items are (b, kv head, chunk), each with its own
+//   partial (max, sum, acc), merged by log-sum-exp in chunk order. Prefill (more rows): items
+//   are (b, kv head, block of rows), each over all the keys up to its last visible one, written
+//   out directly.
 //   Chunk and block boundaries depend only on positions, and which thread runs an item changes
 //   nothing, so a query row gets bit-identical results whatever T and the thread count are (a
 //   verify pass equals the decode passes it replaces).
@@ -411,7 +412,7 @@ inline int64_t chunk_count(int64_t S) { return S <= CHUNK ? (S + CHUNK / 2 - 1) 
 
 // One work item: rows r0 .. r0 + R of kv head (b, h) against keys [c0, c1) -> m, l (log2
 // units) and the unnormalized acc [R, D] (lane order of the variant).
-// Keys go in position-aligned chunks of CHUNK, each in two passes: scores of the whole chunk
+// Keys go in position-aligned chunks (chunk_end), each in two passes: scores of the whole chunk
 // (K read), then each row's chunk max, and exp + the P.V product (V read). So the softmax
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 template <typename scalar_t, bool DOT>
