@@ -4,7 +4,7 @@
 //
 // * GQA-aware: the G = H / Hkv query heads of one KV head and their T tokens form R = G*T query
 //   rows (row r = g*T + t), and each block of NB keys is read once for all R rows.
-// * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks (chunk_end:
+// * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks (chunk_begin:
 //   512, 512, then CHUNK keys each); work items are (b, kv head, chunk), each with its own
 //   partial (max, sum, acc), merged by log-sum-exp in chunk order. Prefill (more rows): items
 //   are (b, kv head, block of rows), each over all the keys up to its last visible one, written
@@ -63,7 +63,7 @@ namespace {
 
 constexpr int NB = 64;            // keys per block (4 zmm of fp32 scores per row)
 constexpr int CHUNK = 1024;       // keys per decode work item (multiple of NB); merged by LSE.
-                                  // The first 1,024 keys are two chunks of 512 (chunk_end), so a
+                                  // The first 1,024 keys are two chunks of 512 (chunk_begin), so a
                                   // short cache (a 1K retrieval budget) still splits evenly on 2
                                   // threads; beyond, 1,024 (512 throughout: 5-10% slower at 8K-32K)
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
@@ -405,14 +405,14 @@ inline void exp_row(const float* s, float c, float m, int vis, float* lvec, void
   }
 }
 
-// Chunk boundaries (positions only): 512, 1024, then every CHUNK keys.
-inline int64_t chunk_end(int64_t p) { return p < CHUNK ? (p / (CHUNK / 2) + 1) * (CHUNK / 2) : (p / CHUNK + 1) * CHUNK; }
+// Chunk c holds keys [chunk_begin(c), chunk_begin(c + 1)): 512, 512, then CHUNK each (positions
+// only); chunk_of(p) is the chunk holding key p.
 inline int64_t chunk_begin(int64_t c) { return c <= 2 ? c * (CHUNK / 2) : (c - 1) * CHUNK; }
-inline int64_t chunk_count(int64_t S) { return S <= CHUNK ? (S + CHUNK / 2 - 1) / (CHUNK / 2) : (S + CHUNK - 1) / CHUNK + 1; }
+inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CHUNK + 1; }
 
 // One work item: rows r0 .. r0 + R of kv head (b, h) against keys [c0, c1) -> m, l (log2
 // units) and the unnormalized acc [R, D] (lane order of the variant).
-// Keys go in position-aligned chunks (chunk_end), each in two passes: scores of the whole chunk
+// Keys go in position-aligned chunks (chunk_begin), each in two passes: scores of the whole chunk
 // (K read), then each row's chunk max, and exp + the P.V product (V read). So the softmax
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 template <typename scalar_t, bool DOT>
@@ -439,7 +439,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   // keys of [n0, n0 + n) row r sees (negative: none)
   auto visible = [&](int64_t r, int64_t n0, int64_t n) { return std::min<int64_t>(sh.S - sh.T + (r0 + r) % sh.T - n0 + 1, n); };
   for (int64_t cc0 = c0, cc1; cc0 < c1; cc0 = cc1) {
-    cc1 = std::min<int64_t>(chunk_end(cc0), c1);
+    cc1 = std::min<int64_t>(chunk_begin(chunk_of(cc0) + 1), c1);
     // pass 1: raw scores Sc[r][n - cc0]
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
@@ -593,7 +593,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   // work even for one kv head. Prefill (more rows): row blocks of PREFILL_ROWS give the
   // parallelism; keys are one chunk, and each row block stops at its last visible key.
   const bool prefill = sh.R > ROWS_SPLIT;
-  sh.chunks = prefill ? 1 : chunk_count(sh.S);
+  sh.chunks = prefill ? 1 : chunk_of(sh.S - 1) + 1;
   const int64_t row_block = prefill ? PREFILL_ROWS : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
 #if TF_AVX512
