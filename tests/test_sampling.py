@@ -232,7 +232,8 @@ def test_native_probs_equal_the_torch_definition(V):
             x = torch.round(x * 2) / 2                   # many exact ties, some at the cut
         if trial % 4 == 1:
             x[:, ::3] = float("-inf")                     # pruned tokens
-        for t, top_p in ((0.0, 1.0), (0.6, 1.0), (0.6, 0.9), (1.0, 0.5), (0.05, 0.95), (1.3, 0.999)):
+        for t, top_p in ((0.0, 1.0), (0.6, 1.0), (0.6, 0.9), (1.0, 0.5), (0.05, 0.95), (1.3, 0.999),
+                         (0.8, 1 - 1e-12)):   # the last: the kernel's walk over every entry
             params = SamplingParams(temperature=t, top_p=top_p)
             ours = kernel.probs_rows(x, t, top_p)
             ref = sampling.probs_from_logits_reference(x, params)

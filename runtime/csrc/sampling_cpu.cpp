@@ -14,7 +14,10 @@
 //   The nucleus is found by a radix select instead of a sort: one pass builds a histogram of the
 //   top 12 bits of each p (its exponent and 3 mantissa bits; floats >= 0 order like their bits)
 //   holding the mass per bucket, the buckets are walked from the top until the mass reaches
-//   top_p, and only the elements of that one bucket are sorted. Masses are summed in fp64.
+//   top_p, and only the elements of that one bucket are sorted. Masses are summed in fp64. Only
+//   the candidates go into the histogram: the entries that can matter to the walk (nucleus()),
+//   gathered by one vector pass; then one vector pass zeroes the rest and normalizes. Per row of
+//   49,152 at T = 0.6, top_p = 0.9: 52 us with every entry in the histogram, 22 us this way.
 // Rows are independent: at::parallel_for over rows.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -99,43 +102,123 @@ double exp_row(const float* x, float* e, int64_t V, float m, double t) {
   return sum;
 }
 
-// Keeps the nucleus of p (unnormalized weights e with total `total`): zeroes the rest in place and
-// returns the kept mass.
-double nucleus(float* e, int64_t V, double total, double top_p, std::vector<double>& mass,
-               std::vector<std::pair<float, int64_t>>& edge) {
-  const double target = top_p * total;   // "mass before < top_p" on p = e / total
-  mass.assign(BUCKETS, 0.0);
-  for (int64_t i = 0; i < V; ++i) mass[bits(e[i]) >> (32 - BUCKET_BITS)] += e[i];
-  double before = 0.0;
+inline int bucket(float x) { return (int)(bits(x) >> (32 - BUCKET_BITS)); }
+
+// Where the nucleus ends: the boundary bucket and, in it, the last kept element (cut, cut_index);
+// boundary -1 keeps the whole row. kept = the nucleus's mass.
+struct Cut {
   int boundary = -1;
-  for (int b = BUCKETS - 1; b >= 0; --b) {
-    if (before + mass[b] >= target) { boundary = b; break; }
-    before += mass[b];
+  float cut = 0.f;
+  int64_t cut_index = -1;
+  double kept = 0.0;
+};
+
+// Scratch of one thread: the candidates (value, index) and the per-bucket masses.
+struct NucleusScratch {
+  std::vector<float> value;
+  std::vector<int32_t> index;
+  std::vector<double> mass;
+  std::vector<std::pair<float, int64_t>> edge;
+};
+
+// The entries of e in buckets >= low, in index order, into s.value / s.index; returns how many.
+int64_t candidates(const float* e, int64_t V, int low, NucleusScratch& s) {
+  s.value.resize(V + 16);   // + 16: a whole vector is stored after each compress
+  s.index.resize(V + 16);
+  float* value = s.value.data();
+  int32_t* index = s.index.data();
+  int64_t n = 0, i = 0;
+#if TF_AVX512
+  const __m512i lowv = _mm512_set1_epi32(low), step = _mm512_set1_epi32(16);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (; i + 16 <= V; i += 16, idx = _mm512_add_epi32(idx, step)) {
+    const __m512 x = _mm512_loadu_ps(e + i);
+    const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(_mm512_castps_si512(x), 32 - BUCKET_BITS), lowv);
+    if (m) {   // compress in a register, store whole (a compress straight to memory is slow on Zen 4)
+      _mm512_storeu_ps(value + n, _mm512_maskz_compress_ps(m, x));
+      _mm512_storeu_si512(index + n, _mm512_maskz_compress_epi32(m, idx));
+      n += __builtin_popcount(m);
+    }
   }
-  if (boundary < 0) return total;  // rounding left the whole row below top_p: keep everything
-  edge.clear();
-  for (int64_t i = 0; i < V; ++i)
-    if ((int)(bits(e[i]) >> (32 - BUCKET_BITS)) == boundary) edge.emplace_back(e[i], i);
-  std::sort(edge.begin(), edge.end(), [](const auto& a, const auto& b) {
+#endif
+  for (; i < V; ++i)
+    if (bucket(e[i]) >= low) value[n] = e[i], index[n++] = (int32_t)i;
+  return n;
+}
+
+// The nucleus of p (unnormalized weights e with total `total`) from the entries in buckets >= low;
+// boundary -1 when the walk does not reach top_p among them.
+Cut walk(const float* e, int64_t V, double total, double top_p, int low, NucleusScratch& s) {
+  const double target = top_p * total;   // "mass before < top_p" on p = e / total
+  const int64_t n = candidates(e, V, low, s);
+  const float* value = s.value.data();
+  const int32_t* index = s.index.data();
+  s.mass.assign(BUCKETS, 0.0);
+  for (int64_t k = 0; k < n; ++k) s.mass[bucket(value[k])] += value[k];
+  Cut c;
+  double before = 0.0;
+  for (int b = BUCKETS - 1; b >= low; --b) {
+    if (before + s.mass[b] >= target) { c.boundary = b; break; }
+    before += s.mass[b];
+  }
+  if (c.boundary < 0) return c;
+  s.edge.clear();
+  for (int64_t k = 0; k < n; ++k)
+    if (bucket(value[k]) == c.boundary) s.edge.emplace_back(value[k], index[k]);
+  std::sort(s.edge.begin(), s.edge.end(), [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   });
   // the bucket's elements, in order, while the mass before them is < top_p; the first one always
   // qualifies (before < target by the walk above)
-  float cut = std::numeric_limits<float>::infinity();
-  int64_t cut_index = -1;   // the last kept element of the boundary bucket
-  double kept = before;
-  for (const auto& [value, index] : edge) {
-    if (kept >= target) break;
-    kept += value;
-    cut = value, cut_index = index;
+  c.cut = std::numeric_limits<float>::infinity();
+  c.kept = before;
+  for (const auto& [value, index] : s.edge) {
+    if (c.kept >= target) break;
+    c.kept += value;
+    c.cut = value, c.cut_index = index;
   }
-  // keep: buckets above the boundary, and in it, elements before (cut, cut_index) in the order
-  for (int64_t i = 0; i < V; ++i) {
-    const int b = (int)(bits(e[i]) >> (32 - BUCKET_BITS));
-    const bool keep = b > boundary || (b == boundary && (e[i] > cut || (e[i] == cut && i <= cut_index)));
-    if (!keep) e[i] = 0.f;
+  return c;
+}
+
+// Where the nucleus of p (unnormalized weights e with total `total`) ends. The walk runs over the
+// candidates: the entries in buckets at or above that of tau = (1 - top_p) * total / (2 V). All
+// the others hold less than V * tau = (1 - top_p) * total / 2 together, so the walk from the top
+// reaches top_p inside the candidates' buckets, and those buckets are complete: the boundary, the
+// mass before it and its elements (summed in the same index order) are those a histogram of every
+// entry gives. A row at T = 0.6 has a few hundred candidates of 49,152. Should rounding stop the
+// walk short (top_p within ~1e-15 of 1), it runs again over every entry.
+Cut nucleus(const float* e, int64_t V, double total, double top_p, NucleusScratch& s) {
+  const int low = bucket((float)((1.0 - top_p) * total / (2.0 * (double)V)));
+  Cut c = walk(e, V, total, top_p, low, s);
+  if (c.boundary < 0 && low > 0) c = walk(e, V, total, top_p, 0, s);
+  if (c.boundary < 0) c.kept = total;   // rounding left the whole row below top_p: keep everything
+  return c;
+}
+
+// e[i] = e[i] * inv where the nucleus keeps i (buckets above the boundary, and in it the elements
+// up to (cut, cut_index) in descending order, ties by index), else 0.
+void keep_scaled(float* e, int64_t V, const Cut& c, float inv) {
+  int64_t i = 0;
+#if TF_AVX512
+  const __m512 invv = _mm512_set1_ps(inv), cutv = _mm512_set1_ps(c.cut);
+  const __m512i boundary = _mm512_set1_epi32(c.boundary), last = _mm512_set1_epi32((int32_t)c.cut_index),
+                step = _mm512_set1_epi32(16);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (; i + 16 <= V; i += 16, idx = _mm512_add_epi32(idx, step)) {
+    const __m512 x = _mm512_loadu_ps(e + i);
+    const __m512i b = _mm512_srli_epi32(_mm512_castps_si512(x), 32 - BUCKET_BITS);
+    const __mmask16 in_edge = _mm512_cmpeq_epi32_mask(b, boundary);
+    const __mmask16 keep = _mm512_cmpgt_epi32_mask(b, boundary) |
+                           (in_edge & (_mm512_cmp_ps_mask(x, cutv, _CMP_GT_OQ) |
+                                       (_mm512_cmp_ps_mask(x, cutv, _CMP_EQ_OQ) & _mm512_cmple_epi32_mask(idx, last))));
+    _mm512_storeu_ps(e + i, _mm512_maskz_mul_ps(keep, x, invv));
   }
-  return kept;
+#endif
+  for (; i < V; ++i) {
+    const int b = bucket(e[i]);
+    const bool keep = b > c.boundary || (b == c.boundary && (e[i] > c.cut || (e[i] == c.cut && i <= c.cut_index)));
+    e[i] = keep ? e[i] * inv : 0.f;
+  }
 }
 
 }  // namespace
@@ -152,8 +235,7 @@ torch::Tensor probs_rows(torch::Tensor logits, double temperature, double top_p)
   const float* x = logits.data_ptr<float>();
   float* p = out.data_ptr<float>();
   at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
-    std::vector<double> mass;
-    std::vector<std::pair<float, int64_t>> edge;
+    thread_local NucleusScratch scratch;   // grow-only, kept across calls
     for (int64_t n = begin; n < end; ++n) {
       const float* row = x + n * V;
       float* e = p + n * V;
@@ -162,10 +244,10 @@ torch::Tensor probs_rows(torch::Tensor logits, double temperature, double top_p)
         e[argmax_row(row, V)] = 1.f;
         continue;
       }
-      double total = exp_row(row, e, V, max_row(row, V), temperature);
-      if (top_p < 1) total = nucleus(e, V, total, top_p, mass, edge);
-      const float inv = (float)(1.0 / total);
-      for (int64_t i = 0; i < V; ++i) e[i] *= inv;
+      const double total = exp_row(row, e, V, max_row(row, V), temperature);
+      Cut c;   // boundary -1: keep every entry
+      if (top_p < 1) c = nucleus(e, V, total, top_p, scratch);
+      keep_scaled(e, V, c, (float)(1.0 / (c.boundary < 0 ? total : c.kept)));
     }
   });
   return out;
