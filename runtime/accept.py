@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from triforce.runtime.sampling import sample, sample_excess
+from triforce.runtime.sampling import _native_sampling, sample, sample_excess
 
 
 def accept(
@@ -42,6 +42,12 @@ def accept(
     B, K = draft_tokens.shape
     if K == 0:  # nothing drafted: the round is plain sampling from the verifier
         return draft_tokens.new_zeros(B), sample(target_probs[:, 0], generator)
+
+    kernel = _native_accept(draft_probs, target_probs)
+    if kernel is not None:   # the same rule in one native call, the same uniforms drawn in the same order
+        u = torch.rand((B, K), generator=generator, dtype=target_probs.dtype)
+        u_next = torch.rand((B,), generator=generator, dtype=torch.float64)
+        return kernel.accept_rows(draft_tokens, draft_probs, target_probs, u, u_next)
 
     tokens = draft_tokens.unsqueeze(-1)                                  # [B, K, 1]
     p_drafted = target_probs[:, :K].gather(-1, tokens).squeeze(-1)       # [B, K] p_i(x_i)
@@ -87,3 +93,11 @@ def emitted_tokens(
     padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), pad_id)], dim=-1)  # [B, K+1]
     out = torch.where(positions < n, padded, pad_id)                     # accepted prefix
     return torch.where(positions == n, next_token.unsqueeze(-1), out)    # recovered / bonus
+
+
+def _native_accept(draft_probs: torch.Tensor, target_probs: torch.Tensor):
+    """The native sampling module (csrc/sampling_cpu.cpp accept_rows) where it serves this round
+    (fp32 CPU rows), else None: the torch ops above run."""
+    if draft_probs.dtype != torch.float32:
+        return None
+    return _native_sampling(target_probs)

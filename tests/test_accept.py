@@ -139,6 +139,36 @@ def test_accept_is_reproducible_for_a_seed():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
+def test_native_accept_gives_the_torch_ops_tokens(monkeypatch):
+    """On the CPU, fp32 rounds go through csrc/sampling_cpu.cpp accept_rows: for the same generator
+    state it returns what the torch ops return (rejections, all-accepted bonus rows, drafted tokens
+    of q == 0 or p == 0, p == q rows, expanded inputs, a 49,152-wide vocabulary)."""
+    from triforce.runtime import accept as accept_mod
+    if accept_mod._native_accept(Q1[None, None], P[None, None]) is None:
+        pytest.skip("native sampling kernel not built")
+    g = torch.Generator().manual_seed(11)
+    cases = []
+    for B, K, V in ((500, 1, 4), (300, 4, 7), (64, 3, 300), (3, 5, 49152)):
+        q = torch.softmax(torch.randn(B, K, V, generator=g) * 2, -1)
+        p = torch.softmax(torch.randn(B, K + 1, V, generator=g) * 2, -1)
+        q[: B // 4, :, : V // 2] = 0                                       # zero draft mass
+        p[B // 4: B // 2, :K] = q[B // 4: B // 2]                          # p == q: always accepted
+        drafted = sample(q, g)
+        drafted[: B // 8, 0] = 0                                           # q == 0 at a drafted token
+        cases.append((drafted, q, p))
+    drafted = sample(Q1.expand(200, 2, 4), g)
+    cases.append((drafted, Q1.expand(200, 2, 4), P.expand(200, 3, 4)))   # stride-0 rows
+    for i, (drafted, q, p) in enumerate(cases):
+        native = accept(drafted, q, p, torch.Generator().manual_seed(i))
+        with monkeypatch.context() as m:
+            m.setattr(accept_mod, "_native_accept", lambda q, p: None)
+            ref = accept(drafted, q, p, torch.Generator().manual_seed(i))
+        assert torch.equal(native[0], ref[0]) and torch.equal(native[1], ref[1]), i
+        assert 0 < int((native[0] == drafted.shape[1]).sum()) < len(drafted), i   # bonus rows and rejections
+    with pytest.raises(RuntimeError, match="outside the vocabulary"):
+        accept(torch.tensor([[9]]), Q1[None, None], P.expand(1, 2, 4), torch.Generator())
+
+
 # --- statistics: two levels ---------------------------------------------------------------
 
 def unigram_draft(q: torch.Tensor, gamma: int, n: int, gen: torch.Generator):

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -278,6 +279,32 @@ inline double weight_sum(const float* p, const float* q, int64_t lo, int64_t hi)
 // with a sequential cumsum; here blocks of 256 are summed in vector lanes and only the block where
 // the sum crosses is walked one by one, so the sums differ in their last bits and a token can
 // differ only where u * mass falls within that rounding of a boundary (probability ~1e-13).
+// One token by inverse CDF from the weights of row p (and q: see above) at uniform u.
+int64_t draw_row(const float* pr, const float* qr, int64_t V, double u) {
+  constexpr int64_t BLOCK = 256;
+  double mass = weight_sum(pr, qr, 0, V);
+  if (qr && mass == 0.0) {   // p == q: the residual is undefined, p is what the verifier wants
+    qr = nullptr;
+    mass = weight_sum(pr, nullptr, 0, V);
+  }
+  const double target = std::min(u * mass, std::nextafter(mass, 0.0));
+  double cum = 0.0;
+  int64_t lo = 0;
+  for (; lo < V; lo += BLOCK) {   // the block where the running sum passes the target
+    const double block = weight_sum(pr, qr, lo, std::min(lo + BLOCK, V));
+    if (cum + block > target) break;
+    cum += block;
+  }
+  int64_t last = -1;   // the last index of positive weight seen (if rounding never passes the target)
+  for (int64_t i = lo; i < V; ++i) {   // one by one from that block (on, should rounding differ)
+    const float w = qr ? std::max(pr[i] - qr[i], 0.f) : pr[i];
+    if (w > 0) last = i;
+    cum += w;
+    if (cum > target) return i;
+  }
+  return last >= 0 ? last : V - 1;
+}
+
 torch::Tensor sample_excess(torch::Tensor p, c10::optional<torch::Tensor> q, torch::Tensor u) {
   TORCH_CHECK(p.dim() == 2 && p.scalar_type() == at::kFloat, "sample_excess: p [N, V] fp32 expected, got ", p.sizes());
   TORCH_CHECK(!q.has_value() || (q->sizes() == p.sizes() && q->scalar_type() == at::kFloat),
@@ -287,37 +314,51 @@ torch::Tensor sample_excess(torch::Tensor p, c10::optional<torch::Tensor> q, tor
   torch::Tensor qc = q.has_value() ? q->contiguous() : torch::Tensor();
   u = u.contiguous();
   const int64_t N = p.size(0), V = p.size(1);
-  constexpr int64_t BLOCK = 256;
   auto out = torch::zeros({N}, p.options().dtype(at::kLong));
   const double* up = u.data_ptr<double>();
   int64_t* op = out.data_ptr<int64_t>();
-  for (int64_t n = 0; n < N; ++n) {
-    const float* pr = p.data_ptr<float>() + n * V;
-    const float* qr = qc.defined() ? qc.data_ptr<float>() + n * V : nullptr;
-    double mass = weight_sum(pr, qr, 0, V);
-    if (qr && mass == 0.0) {   // p == q: the residual is undefined, p is what the verifier wants
-      qr = nullptr;
-      mass = weight_sum(pr, nullptr, 0, V);
-    }
-    const double target = std::min(up[n] * mass, std::nextafter(mass, 0.0));
-    double cum = 0.0;
-    int64_t drawn = V - 1, lo = 0;
-    for (; lo < V; lo += BLOCK) {   // the block where the running sum passes the target
-      const double block = weight_sum(pr, qr, lo, std::min(lo + BLOCK, V));
-      if (cum + block > target) break;
-      cum += block;
-    }
-    int64_t last = -1;   // the last index of positive weight seen (if rounding never passes the target)
-    for (int64_t i = lo; i < V; ++i) {   // one by one from that block (on, should rounding differ)
-      const float w = qr ? std::max(pr[i] - qr[i], 0.f) : pr[i];
-      if (w > 0) last = i;
-      cum += w;
-      if (cum > target) { drawn = i; last = -2; break; }
-    }
-    if (last >= 0) drawn = last;
-    op[n] = drawn;
-  }
+  for (int64_t n = 0; n < N; ++n)
+    op[n] = draw_row(p.data_ptr<float>() + n * V, qc.defined() ? qc.data_ptr<float>() + n * V : nullptr, V, up[n]);
   return out;
+}
+
+// runtime.accept.accept in one call, for fp32 CPU rows (the definition and its documentation are
+// there): draft x [B, K] int64, q [B, K, V], p [B, K + 1, V], u [B, K] fp32 (the acceptance
+// tests), u_next [B] fp64 (the recovered or bonus draw) -> (accepted count [B], next token [B]).
+// The same arithmetic: x_i is accepted iff u_i * q_i(x_i) < p_i(x_i) in fp32, up to the first
+// rejection; the next token is draw_row of (p_n, q_n) after a rejection at n, of p_K after none,
+// as sample_excess draws it. Given the same uniforms, the same tokens as the torch ops (~15 of
+// them, ~65 us a round at V = 49,152; this is ~15 us).
+std::tuple<torch::Tensor, torch::Tensor> accept_rows(torch::Tensor x, torch::Tensor q, torch::Tensor p,
+                                                     torch::Tensor u, torch::Tensor u_next) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kLong, "accept_rows: draft tokens [B, K] int64 expected, got ",
+              x.sizes(), " ", x.scalar_type());
+  const int64_t B = x.size(0), K = x.size(1);
+  TORCH_CHECK(K >= 1 && p.dim() == 3 && p.size(0) == B && p.size(1) == K + 1 && p.scalar_type() == at::kFloat,
+              "accept_rows: target probs [", B, ", ", K + 1, ", V] fp32 expected, got ", p.sizes(), " ", p.scalar_type());
+  const int64_t V = p.size(2);
+  TORCH_CHECK(q.dim() == 3 && q.size(0) == B && q.size(1) == K && q.size(2) == V && q.scalar_type() == at::kFloat,
+              "accept_rows: draft probs [", B, ", ", K, ", ", V, "] fp32 expected, got ", q.sizes(), " ", q.scalar_type());
+  TORCH_CHECK(u.sizes() == x.sizes() && u.scalar_type() == at::kFloat && u_next.dim() == 1 && u_next.size(0) == B &&
+              u_next.scalar_type() == at::kDouble, "accept_rows: u [B, K] fp32 and u_next [B] fp64 expected");
+  x = x.contiguous(), q = q.contiguous(), p = p.contiguous(), u = u.contiguous(), u_next = u_next.contiguous();
+  const int64_t* xp = x.data_ptr<int64_t>();
+  const float *qp = q.data_ptr<float>(), *pp = p.data_ptr<float>(), *upf = u.data_ptr<float>();
+  const double* un = u_next.data_ptr<double>();
+  auto num = torch::empty({B}, x.options()), next = torch::empty({B}, x.options());
+  int64_t *np = num.data_ptr<int64_t>(), *op = next.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    for (; n < K; ++n) {
+      const int64_t t = xp[b * K + n];
+      TORCH_CHECK(t >= 0 && t < V, "accept_rows: draft token ", t, " outside the vocabulary [0, ", V, ")");
+      const float pt = pp[(b * (K + 1) + n) * V + t], qt = qp[(b * K + n) * V + t];
+      if (!(upf[b * K + n] * qt < pt)) break;
+    }
+    np[b] = n;
+    op[b] = draw_row(pp + (b * (K + 1) + n) * V, n < K ? qp + (b * K + n) * V : nullptr, V, un[b]);
+  }
+  return {num, next};
 }
 
 bool has_avx512_bf16() { return TF_AVX512; }
@@ -327,5 +368,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "softmax(logits / t) on the top-p nucleus)", py::arg("logits"), py::arg("temperature"), py::arg("top_p"));
   m.def("sample_excess", &sample_excess, "one token per row from max(0, p - q) (p where that is empty, or q absent) "
         "by inverse CDF at u", py::arg("p"), py::arg("q"), py::arg("u"));
+  m.def("accept_rows", &accept_rows, "runtime.accept.accept for fp32 CPU rows, given its uniforms: (accepted count, "
+        "next token)", py::arg("draft_tokens"), py::arg("draft_probs"), py::arg("target_probs"), py::arg("u"),
+        py::arg("u_next"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the AVX-512 paths were compiled in");
 }
