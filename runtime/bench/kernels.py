@@ -2,6 +2,7 @@
     python -m triforce.runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA
     python -m triforce.runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
     python -m triforce.runtime.bench.kernels quant [threads] [repeats]     int8/int4 linears of a pass: native vs torch
+    python -m triforce.runtime.bench.kernels sampling [threads] [repeats]  a round's probabilities and acceptance: native vs torch
     python -m triforce.runtime.bench.kernels against OLD.cpp [threads] [repeats]
         this attention kernel against another version of runtime/csrc/attention_cpu.cpp (e.g.
         `git show REV:runtime/csrc/attention_cpu.cpp > OLD.cpp`), both built here, interleaved
@@ -149,6 +150,42 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
         del layers
 
 
+def _bench_sampling(threads: int = 2, repeats: int = 51) -> None:
+    """What a speculative round spends outside the passes, per call at V = 49,152 (T = 0.6, top_p
+    0.9, logits ~ N(0, 3^2)): probs_from_logits of R rows and accept() of K drafts, the native
+    kernels (csrc/sampling_cpu.cpp) against their torch definitions, interleaved. Medians (us)."""
+    import statistics
+
+    import torch
+
+    from triforce.runtime import accept as accept_mod
+    from triforce.runtime.sampling import SamplingParams, probs_from_logits, probs_from_logits_reference
+    torch.set_num_threads(threads)
+    params, V, g = SamplingParams(temperature=0.6, top_p=0.9), 49152, torch.Generator().manual_seed(0)
+    native_accept = accept_mod._native_accept
+
+    def torch_accept(*a):
+        accept_mod._native_accept = lambda q, p: None
+        try:
+            return accept_mod.accept(*a)
+        finally:
+            accept_mod._native_accept = native_accept
+
+    print(f"threads={threads}, V={V}, T=0.6, top_p=0.9; median of {repeats} interleaved calls (us)")
+    for R in (1, 2, 4):
+        logits = torch.randn(R, V, generator=g) * 3
+        fns = {"native": lambda: probs_from_logits(logits, params), "torch": lambda: probs_from_logits_reference(logits, params)}
+        t = {k: statistics.median(v) * 1e6 for k, v in interleaved({k: timed(f) for k, f in fns.items()}, repeats).items()}
+        print(f"probs of {R} rows    native {t['native']:7.0f}  torch {t['torch']:7.0f}")
+    for K in (1, 3, 5):
+        q = probs_from_logits(torch.randn(1, K, V, generator=g) * 3, params)
+        p = probs_from_logits(torch.randn(1, K + 1, V, generator=g) * 3, params)
+        drafted = q.argmax(-1)
+        fns = {"native": lambda: accept_mod.accept(drafted, q, p, g), "torch": lambda: torch_accept(drafted, q, p, g)}
+        t = {k: statistics.median(v) * 1e6 for k, v in interleaved({k: timed(f) for k, f in fns.items()}, repeats).items()}
+        print(f"accept of {K} drafts  native {t['native']:7.0f}  torch {t['torch']:7.0f}")
+
+
 def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
     """A/B of two attention kernels in one process: this build and `source` compiled beside it,
     interleaved, on 30 layers of SmolLM2's KV (bf16, H=9, Hkv=3, D=64) at 7,200 and 32,000 keys for
@@ -194,8 +231,10 @@ if __name__ == "__main__":
         _bench_prefill(*map(int, sys.argv[2:4]))
     elif command == "quant":
         _bench_quant(*map(int, sys.argv[2:4]))
+    elif command == "sampling":
+        _bench_sampling(*map(int, sys.argv[2:4]))
     elif command == "against" and len(sys.argv) > 2:
         _bench_against(sys.argv[2], *map(int, sys.argv[3:5]))
     else:
-        sys.exit("usage: python -m triforce.runtime.bench.kernels bench | prefill | quant [threads] [repeats]\n"
+        sys.exit("usage: python -m triforce.runtime.bench.kernels bench | prefill | quant | sampling [threads] [repeats]\n"
                  "       python -m triforce.runtime.bench.kernels against OLD_attention_cpu.cpp [threads] [repeats]")
