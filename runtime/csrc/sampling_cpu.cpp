@@ -187,7 +187,8 @@ Cut walk(const float* e, int64_t V, double total, double top_p, int low, Nucleus
 // reaches top_p inside the candidates' buckets, and those buckets are complete: the boundary, the
 // mass before it and its elements (summed in the same index order) are those a histogram of every
 // entry gives. A row at T = 0.6 has a few hundred candidates of 49,152. Should rounding stop the
-// walk short (top_p within ~1e-15 of 1), it runs again over every entry.
+// walk short (top_p within ~1e-7 of 1: `total` sums fp32 partial sums, the buckets fp64 ones), it
+// runs again over every entry, as the full histogram did (and keeps the row if that stops too).
 Cut nucleus(const float* e, int64_t V, double total, double top_p, NucleusScratch& s) {
   const int low = bucket((float)((1.0 - top_p) * total / (2.0 * (double)V)));
   Cut c = walk(e, V, total, top_p, low, s);
@@ -273,13 +274,13 @@ inline double weight_sum(const float* p, const float* q, int64_t lo, int64_t hi)
   return sum;
 }
 
-// One token per row by inverse CDF from the weights w = max(0, p - q) (w = p where that has no
-// mass, or when q is absent): the first index at which the running fp64 sum of w exceeds
+// One token of row p (and q) by inverse CDF at uniform u, from the weights w = max(0, p - q) (w = p
+// where that has no mass, or when q is absent): the first index at which the running fp64 sum of w exceeds
 // min(u * mass, the largest double below mass). runtime.sampling's torch path computes the same
 // with a sequential cumsum; here blocks of 256 are summed in vector lanes and only the block where
 // the sum crosses is walked one by one, so the sums differ in their last bits and a token can
 // differ only where u * mass falls within that rounding of a boundary (probability ~1e-13).
-// One token by inverse CDF from the weights of row p (and q: see above) at uniform u.
+// sample_excess draws one per row; accept_rows one per round.
 int64_t draw_row(const float* pr, const float* qr, int64_t V, double u) {
   constexpr int64_t BLOCK = 256;
   double mass = weight_sum(pr, qr, 0, V);
