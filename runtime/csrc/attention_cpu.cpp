@@ -18,15 +18,20 @@
 // * Causality is bottom-right aligned (row t sees keys [0, S - T + t]) and never materialized:
 //   only blocks that reach past S - T get a per-row lane limit.
 // * Accumulation is fp32. Both products are small GEMMs per block: scores Q[R, D] . Kp[D, NB]
-//   and output P[R, NB] . V[NB, D], on register tiles of 6 rows x 64 lanes. Two variants:
-//     fma   bf16/fp16 widened to fp32 while packing, vfmadd231ps (16 MACs per instruction)
-//     dot   bf16 only: vdpbf16ps (avx512_bf16, 32 MACs per instruction) on Q . Kp[D/2, NB, 2]
-//           and P . Vp[NB/2, D, 2]; P is rounded to bf16 (as flash-attention does on GPUs).
-//   Which is faster depends on the CPU: on the 2-core Xeon this began on, vdpbf16ps retired
-//   0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5, family
-//   1Ah) dot runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1 (docs/BENCHMARKS.md).
-//   dot_bf16=None picks dot on AMD CPUs, fma elsewhere (TRIFORCE_DOT_BF16=0/1 overrides);
-//   Zen 4 is assumed to behave like Zen 5 (not measured).
+//   and output P[R, NB] . V[NB, D]. Two variants:
+//     fma   bf16/fp16 widened to fp32 while packing, vfmadd231ps (16 MACs per instruction), on
+//           register tiles of 6 rows x 64 lanes
+//     dot   bf16 only, on Q . Kp[D/2, NB, 2] and P . Vp[NB/2, D, 2], P rounded to bf16 (as
+//           flash-attention does on GPUs): on AMX tiles where the CPU has them (tdpbf16ps, the
+//           packed blocks are its operands as they are: qk_amx, pv_amx), else on vdpbf16ps
+//           (avx512_bf16, 32 MACs per instruction) register tiles as fma's.
+//   Which is faster depends on the CPU: on the 2-core Xeon this began on (no AMX), vdpbf16ps
+//   retired 0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5,
+//   family 1Ah) vdpbf16ps runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1; on a
+//   2-core Xeon with AMX, tiles run 1.3-1.6x faster than fma at T = 4..16 and as fast at T = 1
+//   (docs/BENCHMARKS.md, round 9). dot_bf16=None picks dot on AMD CPUs and where AMX is usable,
+//   fma elsewhere (TRIFORCE_DOT_BF16=0/1 and TRIFORCE_AMX=0 override); Zen 4 is assumed to
+//   behave like Zen 5 (not measured).
 // * Scores are raw q.k in fp32 (Q is not rounded again); softmax scales them by scale*log2(e).
 //   An item takes its keys a chunk at a time in two passes: the scores of the whole chunk (K
 //   read), then each row's chunk max, and exp + P.V block by block (V read). So the softmax
@@ -66,12 +71,14 @@ constexpr int CHUNK = 1024;       // keys per decode work item (multiple of NB);
                                   // The first 1,024 keys are two chunks of 512 (chunk_begin), so a
                                   // short cache (a 1K retrieval budget) still splits evenly on 2
                                   // threads; beyond, 1,024 (512 throughout: 5-10% slower at 8K-32K)
+constexpr int64_t LDS = CHUNK + 16;  // floats between score rows (a multiple of 4 KB would alias in L1)
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
 constexpr int PREFILL_ROWS = 96;  // rows per prefill work item (multiple of the 6-row tile)
-#ifndef TF_PF_KEYS
-#define TF_PF_KEYS 64
-#endif
-constexpr int PF_KEYS = TF_PF_KEYS;  // software prefetch distance, keys ahead of the block packed
+// Software prefetch, per vendor: on AMD (Zen 5) the NTA hint 64 keys ahead of the block packed;
+// on Intel (Sapphire Rapids class) T2 128 keys ahead, where NTA ran 2.2x slower at T = 1 (the
+// line lands in L1 only and is gone before its use) and T0 1.6x (docs/BENCHMARKS.md, round 9).
+const bool PF_NTA = cpu_is_amd();
+const int PF_KEYS = PF_NTA ? 64 : 128;
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 constexpr double LOG2E = 1.4426950408889634;
 
@@ -142,8 +149,13 @@ inline void transpose16(__m512i r[16]) {
 
 inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
-// NTA: K and V are read once per pass; 3-10% faster than T0 at T = 1 (8K-32K), 2-6% at T = 4..8.
-inline void prefetch_line(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA); }
+// K and V are read once per pass. AMD: NTA, 3-10% faster than T0 at T = 1 (8K-32K), 2-6% at T = 4..8.
+inline void prefetch_line(const void* p) {
+  if (PF_NTA)
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA);
+  else
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T2);
+}
 
 // The packers load rows n < nk of the block at `k` and prefetch rows n < npf of the rows
 // PF_KEYS further on (npf = how many of those exist), one prefetch per cache line loaded.
@@ -217,6 +229,42 @@ void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, float
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * D + 16 * (j0 + j), acc[r][j]);
 }
+
+// ---- dot on AMX tiles: the same two products on the same packed layouts ---------------------
+// Kp and Vp are already what tdpbf16ps takes as its right operand (pairs interleaved), and Q and
+// P rows are its left operand, so the tiles read them in place: 16 query rows at a time (the
+// item's rows are padded to a multiple of 16), tmm4 the left tile, tmm5/tmm6 the right ones.
+#if TF_AMX
+// S[16 rows][NB] = Q[16][D] . K^T over one block: tmm0..3 hold keys 0-15, 16-31, 32-47, 48-63.
+inline void qk_amx(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) {
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int64_t u = 0; u < DU; u += 16) {   // 16 units = 32 dims per step
+    _tile_loadd(4, Q + u, DU * 4);
+    _tile_loadd(5, Kp + u * NB, NB * 4);      _tile_dpbf16ps(0, 4, 5);
+    _tile_loadd(6, Kp + u * NB + 16, NB * 4); _tile_dpbf16ps(1, 4, 6);
+    _tile_loadd(5, Kp + u * NB + 32, NB * 4); _tile_dpbf16ps(2, 4, 5);
+    _tile_loadd(6, Kp + u * NB + 48, NB * 4); _tile_dpbf16ps(3, 4, 6);
+  }
+  _tile_stored(0, S, lds * 4); _tile_stored(1, S + 16, lds * 4);
+  _tile_stored(2, S + 32, lds * 4); _tile_stored(3, S + 48, lds * 4);
+}
+
+// O[16 rows][D] += P[16][NB] . V[NB][D] (P bf16 rows of NB; O in Vp's lane order), 32 lanes of
+// D (tmm0, tmm1) at a time.
+inline void pv_amx(const uint16_t* P, const uint32_t* Vp, int64_t D, float* O) {
+  for (int64_t j = 0; j < D; j += 32) {
+    _tile_loadd(0, O + j, D * 4);
+    _tile_loadd(1, O + j + 16, D * 4);
+    for (int np = 0; np < NB / 2; np += 16) {   // 16 key pairs = 32 keys per step
+      _tile_loadd(4, P + 2 * np, NB * 2);
+      _tile_loadd(5, Vp + np * D + j, D * 4);      _tile_dpbf16ps(0, 4, 5);
+      _tile_loadd(6, Vp + np * D + j + 16, D * 4); _tile_dpbf16ps(1, 4, 6);
+    }
+    _tile_stored(0, O + j, D * 4);
+    _tile_stored(1, O + j + 16, D * 4);
+  }
+}
+#endif
 
 // ---- fma: fp32 (and fp16, bf16 widened) packing and products ---------------------------------
 template <typename scalar_t>
@@ -417,13 +465,16 @@ inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CH
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 template <typename scalar_t, bool DOT>
 void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
-              int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc) {
+              int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc, bool amx) {
   constexpr bool BF16_IN = std::is_same<scalar_t, at::BFloat16>::value;
   static_assert(BF16_IN || !DOT, "vdpbf16ps products take bf16 inputs");
   const int64_t D = sh.D;
+  // AMX: the rows in as few tiles of equal height (<= 16) as hold them, the last padded with zero rows
+  const int64_t tiles = (R + 15) / 16, tile_rows = (R + tiles - 1) / tiles, Rp = amx ? tiles * tile_rows : R;
   thread_local std::vector<float> buf;
-  float* Kp = scratch(buf, 2 * D * NB + R * CHUNK + R * NB + R * 16 + R * D);
-  float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + R * CHUNK, *lvec = P + R * NB, *Qf = lvec + R * 16;
+  float* Kp = scratch(buf, 2 * D * NB + Rp * LDS + Rp * NB + R * 16 + 2 * Rp * D);
+  float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
+  float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
   for (int64_t r = 0; r < R; ++r) {
     int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
@@ -433,9 +484,16 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     else
       for (int64_t d = 0; d < D; ++d) Qf[r * D + d] = static_cast<float>(src[d]);
   }
+  if (amx) {   // padding rows: zero queries and probabilities, so their products stay finite
+    std::memset(reinterpret_cast<uint16_t*>(Qf) + R * D, 0, (Rp - R) * D * 2);
+    std::memset(reinterpret_cast<uint16_t*>(P) + R * NB, 0, (Rp - R) * NB * 2);
+  }
   std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
-  std::fill(acc, acc + R * D, 0.f);
+  std::fill(O, O + Rp * D, 0.f);
+#if TF_AMX
+  if (amx) amx_begin((int)tile_rows);
+#endif
   // keys of [n0, n0 + n) row r sees (negative: none)
   auto visible = [&](int64_t r, int64_t n0, int64_t n) { return std::min<int64_t>(sh.S - sh.T + (r0 + r) % sh.T - n0 + 1, n); };
   for (int64_t cc0 = c0, cc1; cc0 < c1; cc0 = cc1) {
@@ -451,24 +509,32 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, Kp);
       else
         pack_k_f32(k + n0 * sh.kss, sh.kss, nk, npf, D, Kp);
+#if TF_AMX
+      if (amx) {
+        for (int64_t r = 0; r < Rp; r += tile_rows)
+          qk_amx(reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2, reinterpret_cast<const uint32_t*>(Kp),
+                 Sc + r * LDS + (n0 - cc0), LDS);
+        continue;
+      }
+#endif
       for (int64_t r = 0; r < R; r += RBMAX) {
         int rb = (int)std::min<int64_t>(RBMAX, R - r);
         if (DOT)
           by_rows<QKbf16>(rb, reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2,
-                          (const uint32_t*)reinterpret_cast<uint32_t*>(Kp), Sc + r * CHUNK + (n0 - cc0), (int64_t)CHUNK);
+                          (const uint32_t*)reinterpret_cast<uint32_t*>(Kp), Sc + r * LDS + (n0 - cc0), LDS);
         else
-          by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, Sc + r * CHUNK + (n0 - cc0), (int64_t)CHUNK);
+          by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, Sc + r * LDS + (n0 - cc0), LDS);
       }
     }
     // each row's new max; rescale what earlier chunks accumulated (never for a decode item)
     for (int64_t r = 0; r < R; ++r) {
       const int64_t vis = visible(r, cc0, cc1 - cc0);
       if (vis <= 0) continue;
-      const float mnew = std::max(m[r], sh.c * row_max(Sc + r * CHUNK, (int)vis));
+      const float mnew = std::max(m[r], sh.c * row_max(Sc + r * LDS, (int)vis));
       if (m[r] != NEG_INF && mnew != m[r]) {
         const __m512 a = _mm512_set1_ps(std::exp2(m[r] - mnew));
         _mm512_storeu_ps(lvec + r * 16, _mm512_mul_ps(_mm512_loadu_ps(lvec + r * 16), a));
-        for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(acc + r * D + d, _mm512_mul_ps(_mm512_loadu_ps(acc + r * D + d), a));
+        for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(O + r * D + d, _mm512_mul_ps(_mm512_loadu_ps(O + r * D + d), a));
       }
       m[r] = mnew;
     }
@@ -484,8 +550,15 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         pack_v_f32(v + n0 * sh.vss, sh.vss, nk, npf, D, Vb);
       for (int64_t r = 0; r < R; ++r) {
         void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
-        exp_row<DOT>(Sc + r * CHUNK + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
+        exp_row<DOT>(Sc + r * LDS + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
       }
+#if TF_AMX
+      if (amx) {
+        for (int64_t r = 0; r < Rp; r += tile_rows)
+          pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
+        continue;
+      }
+#endif
       for (int64_t r = 0; r < R; r += RBMAX) {
         int rb = (int)std::min<int64_t>(RBMAX, R - r);
         if (DOT)
@@ -496,6 +569,12 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       }
     }
   }
+#if TF_AMX
+  if (amx) {
+    amx_end();
+    std::memcpy(acc, O, R * D * sizeof(float));
+  }
+#endif
   for (int64_t r = 0; r < R; ++r) l[r] = _mm512_reduce_add_ps(_mm512_loadu_ps(lvec + r * 16));
 }
 
@@ -560,11 +639,8 @@ struct Runs {
 
 bool dot_default() {
   if (const char* env = std::getenv("TRIFORCE_DOT_BF16")) return std::strcmp(env, "0") != 0;
-#if TF_AVX512 && (defined(__GNUC__) || defined(__clang__))
-  return __builtin_cpu_is("amd");  // Zen 4/5: vdpbf16ps at full rate; Intel (SPR): fma faster
-#else
-  return false;
-#endif
+  // Zen 4/5: vdpbf16ps at full rate; Intel with AMX: the products on tiles; Intel without: fma
+  return TF_AVX512 && (cpu_is_amd() || amx_usable());
 }
 
 }  // namespace
@@ -603,6 +679,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
 #endif
   static const bool dot_auto = dot_default();
   const bool dot = fast && dot_bf16.value_or(dot_auto) && q.scalar_type() == at::kBFloat16;
+  const bool amx = dot && amx_usable();   // the bf16 products on AMX tiles where there are some
   const auto dim = lane_dims(!fast ? Lanes::identity : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
 
@@ -649,11 +726,11 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
           if (fast) {
             if constexpr (std::is_same<scalar_t, at::BFloat16>::value) {
               if (dot)
-                run_item<scalar_t, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+                run_item<scalar_t, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, amx);
               else
-                run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+                run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);
             } else {
-              run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+              run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);
             }
             done = true;
           }
@@ -700,5 +777,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none());
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the fast (avx512_bf16) kernels were compiled in");
   m.attr("attend_ptr") = py::capsule(reinterpret_cast<void*>(&attend), "triforce.attend");  // layer_cpu's DecoderPlan
+  m.def("amx", &amx_usable, "whether the bf16 products (dot_bf16) run on AMX tiles here");
   m.def("dot_bf16_default", &dot_bf16_default, "whether bf16 runs on vdpbf16ps when dot_bf16 is None (per CPU)");
 }

@@ -198,6 +198,49 @@ void packed_rows(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wb, 
 }
 #endif
 
+#if TF_AMX
+// The packed layout is also what AMX's tdpbf16ps takes as its right operand: 16 column pairs of
+// a block are one contiguous 1 KB tile (16 rows of 64 bytes). So on AMX a tile of up to 16 x rows
+// (tmm4, 32 columns) is multiplied by PB = 4 blocks' tiles (tmm5..tmm7) into 4 result tiles
+// (tmm0..tmm3: 16 rows x 64 outputs), K/32 steps in order. Every row's sums take the same steps
+// whatever N and the thread count (row-invariant, as above). The x rows go in tiles of equal
+// height (<= 16), the last padded with zero rows (a copy of x, [tiles * rows, K]).
+void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, int64_t K, const float* bias,
+                at::BFloat16* y, int64_t O, int64_t begin, int64_t end) {
+  const int64_t tiles = (N + 15) / 16, rows = (N + tiles - 1) / tiles, bstride = K * 16;
+  thread_local std::vector<float> buf;
+  if (buf.size() < (size_t)(16 * 64)) buf.resize(16 * 64);
+  float* c = buf.data();
+  amx_begin((int)rows);
+  for (int64_t b = begin; b < end; b += 4) {
+    const uint16_t* wb = wp + b * bstride;
+    const int64_t nb = std::min<int64_t>(4, end - b);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const uint16_t* xt = x + t * rows * ldx;
+      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      for (int64_t k = 0; k < K; k += 32) {
+        _tile_loadd(4, xt + k, ldx * 2);
+        _tile_loadd(5, wb + k * 16, 64); _tile_dpbf16ps(0, 4, 5);
+        if (nb > 1) { _tile_loadd(6, wb + bstride + k * 16, 64); _tile_dpbf16ps(1, 4, 6); }
+        if (nb > 2) { _tile_loadd(7, wb + 2 * bstride + k * 16, 64); _tile_dpbf16ps(2, 4, 7); }
+        if (nb > 3) { _tile_loadd(5, wb + 3 * bstride + k * 16, 64); _tile_dpbf16ps(3, 4, 5); }
+      }
+      _tile_stored(0, c, 256); _tile_stored(1, c + 16, 256); _tile_stored(2, c + 32, 256); _tile_stored(3, c + 48, 256);
+      for (int64_t m = 0; m < nb; ++m) {
+        const int64_t o = (b + m) * 16, live = std::min<int64_t>(16, O - o);
+        const __mmask16 mask = (__mmask16)((1u << live) - 1);
+        const __m512 bv = bias ? _mm512_maskz_loadu_ps(mask, bias + o) : _mm512_setzero_ps();
+        for (int64_t n = 0; n < std::min(rows, N - t * rows); ++n) {
+          const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_add_ps(_mm512_loadu_ps(c + n * 64 + 16 * m), bv));
+          _mm256_mask_storeu_epi16(y + (t * rows + n) * O + o, mask, v);
+        }
+      }
+    }
+  }
+  amx_end();
+}
+#endif
+
 // y [N, O] bf16 = x [N, K] bf16 . w^T (+ bias [O]) with w in the packed layout above.
 torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias, int64_t O) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1,
@@ -217,6 +260,22 @@ torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional
   auto* yp = y.data_ptr<at::BFloat16>();
   const float* bp = b32.defined() ? b32.data_ptr<float>() : nullptr;
   const int64_t ldx = x.stride(0);
+#if TF_AMX
+  if (amx_usable() && K % 32 == 0) {
+    const int64_t tiles = (N + 15) / 16, rows = (N + tiles - 1) / tiles;
+    torch::Tensor xpad;   // x in whole tiles of `rows` rows (zero rows after the last)
+    if (tiles * rows != N) {
+      xpad = torch::zeros({tiles * rows, K}, x.options());
+      xpad.narrow(0, 0, N).copy_(x);
+    }
+    const auto* xa = xpad.defined() ? reinterpret_cast<const uint16_t*>(xpad.data_ptr<at::BFloat16>()) : xp;
+    const int64_t lda = xpad.defined() ? K : ldx;
+    at::parallel_for(0, (B + 3) / 4, 1, [&](int64_t begin, int64_t end) {   // runs of 4 blocks
+      packed_amx(xa, lda, N, wp, K, bp, yp, O, 4 * begin, std::min(B, 4 * end));
+    });
+    return y;
+  }
+#endif
   constexpr int PB = 4;  // blocks per tile (64 outputs)
   at::parallel_for(0, B, 4, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += PB) {

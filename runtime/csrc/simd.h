@@ -11,6 +11,60 @@
 #define TF_AVX512 0
 #endif
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+// AMX (Intel Sapphire Rapids and later): tiles of 16 rows x 64 bytes, tdpbf16ps multiplies a
+// 16 x 32 bf16 tile by a 32 x 16 one (pairs interleaved, "VNNI" layout) into 16 x 16 fp32.
+// TF_AMX is 1 where the build targets amx-tile and amx-bf16; amx_usable() is whether this
+// process may use them (Linux hands out the tile state on request; TRIFORCE_AMX=0 says no).
+#if TF_AVX512 && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__linux__)
+#define TF_AMX 1
+#include <sys/syscall.h>
+#include <unistd.h>
+#else
+#define TF_AMX 0
+#endif
+
+inline bool amx_usable() {
+#if TF_AMX
+  static const bool ok = [] {
+    const char* env = std::getenv("TRIFORCE_AMX");
+    if (env && std::strcmp(env, "0") == 0) return false;
+    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+#if TF_AMX
+// Tiles of 64 bytes a row: tmm0..tmm4 (results and left operands) of `rows` rows (1..16),
+// tmm5..tmm7 (right operands) of 16. Loaded before each piece of tile work (a thread may have
+// run oneDNN's tiles, with their own shapes, in between) and released after.
+inline void amx_begin(int rows) {
+  struct alignas(64) Config { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; };
+  Config c{};
+  c.palette = 1;
+  for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = i < 5 ? rows : 16;
+  _tile_loadconfig(&c);
+}
+inline void amx_end() { _tile_release(); }
+#endif
+
+// Whether this is an AMD CPU (the kernels' tuning differs by vendor: see the callers).
+inline bool cpu_is_amd() {
+#if TF_AVX512 && (defined(__GNUC__) || defined(__clang__))
+  static const bool amd = (__builtin_cpu_init(), __builtin_cpu_is("amd"));
+  return amd;
+#else
+  return false;
+#endif
+}
+
 #if TF_AVX512
 // 2^x, 16 lanes: 2^n * p(f), n = round(x), |f| <= 0.5, Taylor degree 7 (rel. error < 1e-8).
 // Lanes below -150 give 0 (so -inf gives 0); lanes above 128 overflow to +inf.
