@@ -29,9 +29,9 @@
 //   retired 0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5,
 //   family 1Ah) vdpbf16ps runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1; on a
 //   2-core Xeon with AMX, tiles run 1.3-1.6x faster than fma at T = 4..16 and as fast at T = 1
-//   (docs/BENCHMARKS.md, round 9). dot_bf16=None picks dot on AMD CPUs and where AMX is usable,
-//   fma elsewhere (TRIFORCE_DOT_BF16=0/1 and TRIFORCE_AMX=0 override); Zen 4 is assumed to
-//   behave like Zen 5 (not measured).
+//   (docs/BENCHMARKS.md, round 9); on a 2-core EPYC Zen 4 (family 19h) dot runs 1.5x faster than
+//   fma at T = 1 and 1.6x at T = 4..8 (round 10). dot_bf16=None picks dot on AMD CPUs and where
+//   AMX is usable, fma elsewhere (TRIFORCE_DOT_BF16=0/1 and TRIFORCE_AMX=0 override).
 // * Scores are raw q.k in fp32 (Q is not rounded again); softmax scales them by scale*log2(e).
 //   An item takes its keys a chunk at a time in two passes: the scores of the whole chunk (K
 //   read), then each row's chunk max, and exp + P.V block by block (V read). So the softmax
@@ -75,11 +75,12 @@ constexpr int64_t LDS = CHUNK + 16;  // floats between score rows (a multiple of
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
 constexpr int PREFILL_ROWS = 192; // rows per prefill work item (multiple of the 6-row tile and of 16): 12% faster
                                   // than 96 at 32K on AMX (K/V packed once for twice the rows), 288 no better
-// Software prefetch, per vendor: on AMD (Zen 5) the NTA hint 64 keys ahead of the block packed;
-// on Intel (Sapphire Rapids class) T2 128 keys ahead, where NTA ran 2.2x slower at T = 1 (the
-// line lands in L1 only and is gone before its use) and T0 1.6x (docs/BENCHMARKS.md, round 9).
-const bool PF_NTA = cpu_is_amd();
-const int PF_KEYS = PF_NTA ? 64 : 128;
+// Software prefetch, per CPU: on Zen 5 (AMD family 1Ah) the NTA hint 64 keys ahead of the block
+// packed; elsewhere T2, 64 keys ahead on AMD, 128 on Intel. NTA elsewhere lands the line in L1
+// only and it is gone before its use: 2.2x slower than T2 at T = 1 on a Xeon (Sapphire Rapids
+// class), 1.3x on Zen 4, where T0 was no better than NTA (docs/BENCHMARKS.md, rounds 9 and 10).
+const bool PF_NTA = cpu_is_amd() && cpu_family() >= 0x1A;
+const int PF_KEYS = cpu_is_amd() ? 64 : 128;
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 constexpr double LOG2E = 1.4426950408889634;
 
@@ -150,7 +151,7 @@ inline void transpose16(__m512i r[16]) {
 
 inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
-// K and V are read once per pass. AMD: NTA, 3-10% faster than T0 at T = 1 (8K-32K), 2-6% at T = 4..8.
+// K and V are read once per pass. Zen 5: NTA, 3-10% faster than T0 at T = 1 (8K-32K), 2-6% at T = 4..8.
 inline void prefetch_line(const void* p) {
   if (PF_NTA)
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA);

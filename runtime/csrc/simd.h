@@ -6,6 +6,7 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define TF_AVX512 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define TF_AVX512 0
@@ -55,7 +56,8 @@ inline void amx_begin(int rows) {
 inline void amx_end() { _tile_release(); }
 #endif
 
-// Whether this is an AMD CPU (the kernels' tuning differs by vendor: see the callers).
+// Whether this is an AMD CPU, and its family (0x19 Zen 3/4, 0x1A Zen 5): the kernels' tuning
+// differs by CPU (see the callers).
 inline bool cpu_is_amd() {
 #if TF_AVX512 && (defined(__GNUC__) || defined(__clang__))
   static const bool amd = (__builtin_cpu_init(), __builtin_cpu_is("amd"));
@@ -64,22 +66,31 @@ inline bool cpu_is_amd() {
   return false;
 #endif
 }
+inline unsigned cpu_family() {
+#if TF_AVX512
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  const unsigned base = (a >> 8) & 0xF;
+  return base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+#else
+  return 0;
+#endif
+}
 
 #if TF_AVX512
-// 2^x, 16 lanes: 2^n * p(f), n = round(x), |f| <= 0.5, Taylor degree 7 (rel. error < 1e-8).
-// Lanes below -150 give 0 (so -inf gives 0); lanes above 128 overflow to +inf.
+// 2^x, 16 lanes: 2^n * p(f), n = round(x), |f| <= 0.5, p the degree-5 minimax polynomial of 2^f
+// (relative error 2.4e-7 in fp32, a few ulps). Lanes below -150 give 0 (so -inf gives 0); lanes
+// above 128 overflow to +inf.
 inline __m512 exp2_ps(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-150.f));  // -inf -> 0 after scalef
   __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 f = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 720));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.3276379e-3f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6755102e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507131e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022120e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314694e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001f));
   return _mm512_scalef_ps(p, n);
 }
 #endif
