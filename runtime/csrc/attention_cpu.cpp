@@ -36,8 +36,9 @@
 //   An item takes its keys a chunk at a time in two passes: the scores of the whole chunk (K
 //   read), then each row's chunk max, and exp + P.V block by block (V read). So the softmax
 //   reduces and rescales once per chunk, not per block: 1.1-1.2x at T = 1..16 and ~1.1x in
-//   prefill against rescaling per block (docs/BENCHMARKS.md). (Prefetching V into L2 during the
-//   first pass cost 7-12%: the prefetch instructions, not the memory, were the price.)
+//   prefill against rescaling per block (docs/BENCHMARKS.md). (Prefetching all of V during the
+//   first pass cost 7-12%: the prefetch instructions, not the memory, were the price; only the
+//   first PF_KEYS rows of V are prefetched there, at the chunk's last K block.)
 // * Software prefetch: the packers prefetch the rows PF_KEYS keys ahead, one prefetch per
 //   cache line they load, so each thread keeps enough reads in flight to stream at the memory
 //   roofline even for T = 1, where the products leave the core mostly idle.
@@ -164,14 +165,16 @@ inline void prefetch_line(const void* p) {
 
 // ---- dot (vdpbf16ps): packing ---------------------------------------------------------------
 // Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
-void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
+// FULL: nk = npf = NB (every block but a chunk's last ones), so the loop has no branches.
+template <bool FULL>
+void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
-        if (n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
-        r[i] = n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
+        if (FULL || n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
+        r[i] = FULL || n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
       for (int j = 0; j < 16; ++j) _mm512_storeu_si512(Kp + (16 * h + j) * NB + 16 * g, r[j]);
@@ -179,19 +182,35 @@ void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uin
   }
 }
 
+// Full blocks without branches: 4-5% faster attention at T = 1, 8K, on the Zen 4 (round 11).
+void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
+  if (nk == NB && npf == NB)
+    pack_k_bf16_t<true>(k, kss, nk, npf, D, Kp);
+  else
+    pack_k_bf16_t<false>(k, kss, nk, npf, D, Kp);
+}
+
 // Vp[np][j*16 + w] (32-bit units): (V[2np][d], V[2np+1][d]) with d = vp_dim(j, w) (unpack order).
-void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
+template <bool FULL>
+void pack_v_bf16_t(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
   for (int np = 0; np < NB / 2; ++np) {
     int n0 = 2 * np, n1 = 2 * np + 1;
     for (int64_t c = 0; c < D / 32; ++c) {
-      if (n0 < npf) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
-      if (n1 < npf) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
-      __m512i a = n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
-      __m512i b = n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
+      if (FULL || n0 < npf) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
+      if (FULL || n1 < npf) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
+      __m512i a = FULL || n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
+      __m512i b = FULL || n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
       _mm512_storeu_si512(Vp + np * D + 32 * c, _mm512_unpacklo_epi16(a, b));
       _mm512_storeu_si512(Vp + np * D + 32 * c + 16, _mm512_unpackhi_epi16(a, b));
     }
   }
+}
+
+void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
+  if (nk == NB && npf == NB)
+    pack_v_bf16_t<true>(v, vss, nk, npf, D, Vp);
+  else
+    pack_v_bf16_t<false>(v, vss, nk, npf, D, Vp);
 }
 
 // ---- dot: the two block products ------------------------------------------------------------
@@ -511,6 +530,10 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, Kp);
       else
         pack_k_f32(k + n0 * sh.kss, sh.kss, nk, npf, D, Kp);
+      if (n0 + NB >= cc1)   // the chunk's last K block: start V's first PF_KEYS rows (pass 2 prefetches the rest)
+        for (int64_t n = cc0; n < std::min<int64_t>(cc0 + PF_KEYS, cc1); ++n)
+          for (int64_t x = 0; x < D * (int64_t)sizeof(scalar_t); x += 64)
+            prefetch_line(reinterpret_cast<const char*>(v + n * sh.vss) + x);
 #if TF_AMX
       if (amx) {
         for (int64_t r = 0; r < Rp; r += tile_rows)
