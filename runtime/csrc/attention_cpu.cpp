@@ -24,7 +24,10 @@
 //     dot   bf16 only, on Q . Kp[D/2, NB, 2] and P . Vp[NB/2, D, 2], P rounded to bf16 (as
 //           flash-attention does on GPUs): on AMX tiles where the CPU has them (tdpbf16ps, the
 //           packed blocks are its operands as they are: qk_amx, pv_amx), else on vdpbf16ps
-//           (avx512_bf16, 32 MACs per instruction) register tiles as fma's.
+//           (avx512_bf16, 32 MACs per instruction) register tiles as fma's. Decode items of up
+//           to FUSED_ROWS rows interleave V's key pairs in registers inside the P.V product
+//           instead of storing a packed block (pv_bf16_fused); K is always packed (transposed)
+//           once per block, which every row tile then reads.
 //   Which is faster depends on the CPU: on the 2-core Xeon this began on (no AMX), vdpbf16ps
 //   retired 0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5,
 //   family 1Ah) vdpbf16ps runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1; on a
@@ -73,6 +76,8 @@ constexpr int CHUNK = 1024;       // keys per decode work item (multiple of NB);
                                   // short cache (a 1K retrieval budget) still splits evenly on 2
                                   // threads; beyond, 1,024 (512 throughout: 5-10% slower at 8K-32K)
 constexpr int64_t LDS = CHUNK + 16;  // floats between score rows (a multiple of 4 KB would alias in L1)
+constexpr int FUSED_ROWS = 48;   // decode items of up to this many rows never store a packed V block
+                                 // (pv_bf16_fused): 9-17% faster attention at T = 1..4, 8K-32K, Zen 4
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
 constexpr int PREFILL_ROWS = 192; // rows per prefill work item (multiple of the 6-row tile and of 16): 12% faster
                                   // than 96 at 32K on AMX (K/V packed once for twice the rows), 288 no better
@@ -251,6 +256,37 @@ void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, float
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * D + 16 * (j0 + j), acc[r][j]);
 }
 
+// pv_bf16 with the packing of V fused in (decode items of up to FUSED_ROWS rows, in tiles of up
+// to 12): rows n0 = 2np and n1 = 2np + 1 of the block at `v` are interleaved in registers exactly
+// as pack_v_bf16 stores them, so the products and their order, hence the results, are the same
+// bits; what goes is the 8 KB store and reload of the packed block per block of keys. PF: prefetch
+// the rows PF_KEYS further on as the packer does (the first row tile only); FULL: nk = npf = NB.
+template <int RB, int NV, bool FULL, bool PF>
+void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
+  __m512 acc[RB][NV];
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
+  for (int np = 0; np < NB / 2; ++np) {
+    const int n0 = 2 * np, n1 = 2 * np + 1;
+    __m512bh vv[NV];
+    for (int j = 0; j < NV; j += 2) {
+      const int64_t c = (j0 + j) / 2;
+      if (PF && (FULL || n0 < npf)) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
+      if (PF && (FULL || n1 < npf)) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
+      __m512i a = FULL || n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
+      __m512i b = FULL || n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
+      vv[j] = as_bh(_mm512_unpacklo_epi16(a, b));
+      vv[j + 1] = as_bh(_mm512_unpackhi_epi16(a, b));
+    }
+    for (int r = 0; r < RB; ++r) {
+      __m512bh pb = as_bh(_mm512_set1_epi32((int)P[r * (NB / 2) + np]));
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], pb, vv[j]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * D + 16 * (j0 + j), acc[r][j]);
+}
+
 // ---- dot on AMX tiles: the same two products on the same packed layouts ---------------------
 // Kp and Vp are already what tdpbf16ps takes as its right operand (pairs interleaved), and Q and
 // P rows are its left operand, so the tiles read them in place: 16 query rows at a time (the
@@ -407,6 +443,24 @@ void by_rows(int rb, A... a) {
     default: F<6>::run(a...); break;
   }
 }
+// by_rows for 1..12 rows (kernels whose tiles hold up to 12 rows)
+template <template <int> class F, typename... A>
+void by_rows12(int rb, A... a) {
+  switch (rb) {
+    case 1: F<1>::run(a...); break;
+    case 2: F<2>::run(a...); break;
+    case 3: F<3>::run(a...); break;
+    case 4: F<4>::run(a...); break;
+    case 5: F<5>::run(a...); break;
+    case 6: F<6>::run(a...); break;
+    case 7: F<7>::run(a...); break;
+    case 8: F<8>::run(a...); break;
+    case 9: F<9>::run(a...); break;
+    case 10: F<10>::run(a...); break;
+    case 11: F<11>::run(a...); break;
+    default: F<12>::run(a...); break;
+  }
+}
 template <int RB> struct QKbf16 {
   static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) { qk_bf16<RB>(Q, DU, Kp, S, lds); }
 };
@@ -418,6 +472,29 @@ template <int RB> struct PVbf16 {
     int64_t j = 0;
     for (; j + 4 <= D / 16; j += 4) pv_bf16<RB, 4>(P, Vp, D, j, O);
     for (; j < D / 16; j += 2) pv_bf16<RB, 2>(P, Vp, D, j, O);
+  }
+};
+template <int RB> struct PVbf16Fused {
+  // up to 6 rows: 4 vectors of D a call (6 x 4 accumulators); 7..12 rows: 2 (12 x 2), so each
+  // half row of V is loaded and interleaved once either way
+  template <bool FULL, bool PF>
+  static void all(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, float* O) {
+    int64_t j = 0;
+    if (RB <= 6)
+      for (; j + 4 <= D / 16; j += 4) pv_bf16_fused<RB, 4, FULL, PF>(P, v, vss, nk, npf, D, j, O);
+    for (; j < D / 16; j += 2) pv_bf16_fused<RB, 2, FULL, PF>(P, v, vss, nk, npf, D, j, O);
+  }
+  // pf: prefetch the rows ahead (the first row tile of a block only)
+  static void run(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, bool pf, float* O) {
+    const bool full = nk == NB && npf == NB;
+    if (full && pf)
+      all<true, true>(P, v, vss, nk, npf, D, O);
+    else if (full)
+      all<true, false>(P, v, vss, nk, npf, D, O);
+    else if (pf)
+      all<false, true>(P, v, vss, nk, npf, D, O);
+    else
+      all<false, false>(P, v, vss, nk, npf, D, O);
   }
 };
 template <int RB> struct PVf32 {
@@ -567,7 +644,10 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
       const int npf = (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S)
-      if (DOT)
+      const bool fused = DOT && !amx && R <= FUSED_ROWS;   // V interleaved in registers (pv_bf16_fused)
+      if (fused)
+        ;
+      else if (DOT)
         pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
       else if constexpr (BF16_IN)
         pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Vb);
@@ -584,6 +664,13 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         continue;
       }
 #endif
+      if (fused) {
+        for (int64_t r = 0; r < R; r += 2 * RBMAX)
+          by_rows12<PVbf16Fused>((int)std::min<int64_t>(2 * RBMAX, R - r),
+                                 reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
+                                 reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r == 0, acc + r * D);
+        continue;
+      }
       for (int64_t r = 0; r < R; r += RBMAX) {
         int rb = (int)std::min<int64_t>(RBMAX, R - r);
         if (DOT)
