@@ -130,7 +130,7 @@ inline void write_row(scalar_t* dst, const float* acc, float l, const int32_t* d
 
 
 // In-place transpose of a 16x16 matrix of 32-bit units (r[i] = row i).
-inline void transpose16(__m512i r[16]) {
+TF_INLINE void transpose16(__m512i r[16]) {
   __m512i t[16], u[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -155,10 +155,10 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-inline __m512bh as_bh(__m512i x) { return (__m512bh)x; }
+TF_INLINE __m512bh as_bh(__m512i x) { return (__m512bh)x; }
 
 // K and V are read once per pass. Zen 5: NTA, 3-10% faster than T0 at T = 1 (8K-32K), 2-6% at T = 4..8.
-inline void prefetch_line(const void* p) {
+TF_INLINE void prefetch_line(const void* p) {
   if (PF_NTA)
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_NTA);
   else
@@ -172,7 +172,7 @@ inline void prefetch_line(const void* p) {
 // Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
 // FULL: nk = npf = NB (every block but a chunk's last ones), so the loop has no branches.
 template <bool FULL>
-void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
+TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
@@ -188,7 +188,7 @@ void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, u
 }
 
 // Full blocks without branches: 4-5% faster attention at T = 1, 8K, on the Zen 4 (round 11).
-void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
+TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   if (nk == NB && npf == NB)
     pack_k_bf16_t<true>(k, kss, nk, npf, D, Kp);
   else
@@ -197,7 +197,7 @@ void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uin
 
 // Vp[np][j*16 + w] (32-bit units): (V[2np][d], V[2np+1][d]) with d = vp_dim(j, w) (unpack order).
 template <bool FULL>
-void pack_v_bf16_t(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
+TF_INLINE void pack_v_bf16_t(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
   for (int np = 0; np < NB / 2; ++np) {
     int n0 = 2 * np, n1 = 2 * np + 1;
     for (int64_t c = 0; c < D / 32; ++c) {
@@ -211,7 +211,7 @@ void pack_v_bf16_t(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, u
   }
 }
 
-void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
+TF_INLINE void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
   if (nk == NB && npf == NB)
     pack_v_bf16_t<true>(v, vss, nk, npf, D, Vp);
   else
@@ -222,7 +222,7 @@ void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uin
 // S[r][n] = sum_u Q[r][u] . Kp[u][n]  (Q in 32-bit units of bf16 pairs, DU = D/2 units; S rows
 // `lds` floats apart)
 template <int RB>
-void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) {
+TF_INLINE void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) {
   __m512 acc[RB][4];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
@@ -240,7 +240,7 @@ void qk_bf16(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_
 
 // O[r][:] += sum_np P[r][np] . Vp[np][:], on NV vectors of 16 lanes from j0.
 template <int RB, int NV>
-void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, float* O) {
+TF_INLINE void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
@@ -262,7 +262,7 @@ void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t j0, float
 // bits; what goes is the 8 KB store and reload of the packed block per block of keys. PF: prefetch
 // the rows PF_KEYS further on as the packer does (the first row tile only); FULL: nk = npf = NB.
 template <int RB, int NV, bool FULL, bool PF>
-void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
+TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
@@ -433,7 +433,7 @@ void pv_f32(const float* P, const float* Vf, int64_t D, int64_t j0, float* O) {
 constexpr int RBMAX = 6;
 
 template <template <int> class F, typename... A>
-void by_rows(int rb, A... a) {
+TF_INLINE void by_rows(int rb, A... a) {
   switch (rb) {
     case 1: F<1>::run(a...); break;
     case 2: F<2>::run(a...); break;
@@ -445,7 +445,7 @@ void by_rows(int rb, A... a) {
 }
 // by_rows for 1..12 rows (kernels whose tiles hold up to 12 rows)
 template <template <int> class F, typename... A>
-void by_rows12(int rb, A... a) {
+TF_INLINE void by_rows12(int rb, A... a) {
   switch (rb) {
     case 1: F<1>::run(a...); break;
     case 2: F<2>::run(a...); break;
@@ -462,13 +462,13 @@ void by_rows12(int rb, A... a) {
   }
 }
 template <int RB> struct QKbf16 {
-  static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) { qk_bf16<RB>(Q, DU, Kp, S, lds); }
+  TF_INLINE static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) { qk_bf16<RB>(Q, DU, Kp, S, lds); }
 };
 template <int RB> struct QKf32 {
   static void run(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds) { qk_f32<RB>(Q, D, Kp, S, lds); }
 };
 template <int RB> struct PVbf16 {
-  static void run(const uint32_t* P, const uint32_t* Vp, int64_t D, float* O) {
+  TF_INLINE static void run(const uint32_t* P, const uint32_t* Vp, int64_t D, float* O) {
     int64_t j = 0;
     for (; j + 4 <= D / 16; j += 4) pv_bf16<RB, 4>(P, Vp, D, j, O);
     for (; j < D / 16; j += 2) pv_bf16<RB, 2>(P, Vp, D, j, O);
@@ -506,7 +506,7 @@ template <int RB> struct PVf32 {
 };
 
 // Lane masks of a block for a row that sees its first `vis` keys (<= 0: none; >= NB: all).
-inline void visible_lanes(int vis, __mmask16 keep[4]) {
+TF_INLINE void visible_lanes(int vis, __mmask16 keep[4]) {
   for (int j = 0; j < 4; ++j) {
     int lo = vis - 16 * j;  // lanes >= lo are after the row's last key
     keep[j] = lo >= 16 ? (__mmask16)0xFFFF : lo <= 0 ? (__mmask16)0 : (__mmask16)((1u << lo) - 1);
@@ -514,7 +514,7 @@ inline void visible_lanes(int vis, __mmask16 keep[4]) {
 }
 
 // Largest raw score among the first `vis` (>= 1) scores of a row (one reduction per chunk).
-inline float row_max(const float* s, int vis) {
+TF_INLINE float row_max(const float* s, int vis) {
   __m512 mx = _mm512_set1_ps(NEG_INF);
   for (int n0 = 0; n0 < vis; n0 += NB) {
     __mmask16 keep[4];
@@ -527,7 +527,7 @@ inline float row_max(const float* s, int vis) {
 // One block of a row: P = exp2(c*s - m) on the `vis` visible keys (0 elsewhere), summed into
 // lvec (fp32) and stored as bf16 (DOT, rounded as flash-attention does on GPUs) or fp32.
 template <bool DOT>
-inline void exp_row(const float* s, float c, float m, int vis, float* lvec, void* prow) {
+TF_INLINE void exp_row(const float* s, float c, float m, int vis, float* lvec, void* prow) {
   if (vis <= 0) {  // the whole block lies after this row's last visible key
     std::memset(prow, 0, DOT ? NB * 2 : NB * 4);
     return;
@@ -561,11 +561,15 @@ inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CH
 // Keys go in position-aligned chunks (chunk_begin), each in two passes: scores of the whole chunk
 // (K read), then each row's chunk max, and exp + the P.V product (V read). So the softmax
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
-template <typename scalar_t, bool DOT>
+// FUSED (DOT without AMX, R <= FUSED_ROWS): P.V interleaves V in registers (pv_bf16_fused). A
+// separate instance, so the code of the other items (prefill: 4-5% slower with the fused path in
+// the same body) stays as it was.
+template <typename scalar_t, bool DOT, bool FUSED = false>
 void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
               int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc, bool amx) {
   constexpr bool BF16_IN = std::is_same<scalar_t, at::BFloat16>::value;
   static_assert(BF16_IN || !DOT, "vdpbf16ps products take bf16 inputs");
+  static_assert(DOT || !FUSED, "the fused P.V is a vdpbf16ps product");
   const int64_t D = sh.D;
   // AMX: the rows in as few tiles of equal height (<= 16) as hold them, the last padded with zero rows
   const int64_t tiles = (R + 15) / 16, tile_rows = (R + tiles - 1) / tiles, Rp = amx ? tiles * tile_rows : R;
@@ -644,10 +648,9 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
       const int npf = (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S)
-      const bool fused = DOT && !amx && R <= FUSED_ROWS;   // V interleaved in registers (pv_bf16_fused)
-      if (fused)
-        ;
-      else if (DOT)
+      if constexpr (FUSED) {
+        // V interleaved in registers by pv_bf16_fused
+      } else if (DOT)
         pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
       else if constexpr (BF16_IN)
         pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Vb);
@@ -664,7 +667,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         continue;
       }
 #endif
-      if (fused) {
+      if constexpr (FUSED) {
         for (int64_t r = 0; r < R; r += 2 * RBMAX)
           by_rows12<PVbf16Fused>((int)std::min<int64_t>(2 * RBMAX, R - r),
                                  reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
@@ -837,7 +840,9 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
         if constexpr (!std::is_same<scalar_t, double>::value) {
           if (fast) {
             if constexpr (std::is_same<scalar_t, at::BFloat16>::value) {
-              if (dot)
+              if (dot && !amx && nr <= FUSED_ROWS)
+                run_item<scalar_t, true, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);
+              else if (dot)
                 run_item<scalar_t, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, amx);
               else
                 run_item<scalar_t, false>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);

@@ -16,6 +16,11 @@
 #include <cstdlib>
 #include <cstring>
 
+// Small helpers of the hot loops: GCC's inliner gives up on some of them once a kernel file grows
+// (adding pv_bf16_fused left transpose16 and row_max out of line: K's 16 registers went through
+// memory, attention 3-8% slower at T = 1 and in prefill), so they say so.
+#define TF_INLINE inline __attribute__((always_inline))
+
 // AMX (Intel Sapphire Rapids and later): tiles of 16 rows x 64 bytes, tdpbf16ps multiplies a
 // 16 x 32 bf16 tile by a 32 x 16 one (pairs interleaved, "VNNI" layout) into 16 x 16 fp32.
 // TF_AMX is 1 where the build targets amx-tile and amx-bf16; amx_usable() is whether this
