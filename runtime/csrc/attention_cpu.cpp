@@ -195,20 +195,31 @@ TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int6
     pack_k_bf16_t<false>(k, kss, nk, npf, D, Kp);
 }
 
+// Keys 2np and 2np + 1, dims [32c, 32c + 32), as vdpbf16ps P.V takes them: pairs (V[2np][d],
+// V[2np+1][d]), d = vp_dim(2c, w) in lo and vp_dim(2c + 1, w) in hi. Rows n >= nk read as zero;
+// PF: also prefetch the two rows PF_KEYS further on (those below npf). pack_v_bf16_t stores what
+// this returns, pv_bf16_fused multiplies it directly: one definition, so both give the same bits.
+template <bool FULL, bool PF>
+TF_INLINE void key_pair(const uint16_t* v, int64_t vss, int np, int64_t c, int nk, int npf, __m512i& lo, __m512i& hi) {
+  const int n0 = 2 * np, n1 = 2 * np + 1;
+  if (PF && (FULL || n0 < npf)) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
+  if (PF && (FULL || n1 < npf)) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
+  const __m512i a = FULL || n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
+  const __m512i b = FULL || n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
+  lo = _mm512_unpacklo_epi16(a, b);
+  hi = _mm512_unpackhi_epi16(a, b);
+}
+
 // Vp[np][j*16 + w] (32-bit units): (V[2np][d], V[2np+1][d]) with d = vp_dim(j, w) (unpack order).
 template <bool FULL>
 TF_INLINE void pack_v_bf16_t(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
-  for (int np = 0; np < NB / 2; ++np) {
-    int n0 = 2 * np, n1 = 2 * np + 1;
+  for (int np = 0; np < NB / 2; ++np)
     for (int64_t c = 0; c < D / 32; ++c) {
-      if (FULL || n0 < npf) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
-      if (FULL || n1 < npf) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
-      __m512i a = FULL || n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
-      __m512i b = FULL || n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(Vp + np * D + 32 * c, _mm512_unpacklo_epi16(a, b));
-      _mm512_storeu_si512(Vp + np * D + 32 * c + 16, _mm512_unpackhi_epi16(a, b));
+      __m512i lo, hi;
+      key_pair<FULL, true>(v, vss, np, c, nk, npf, lo, hi);
+      _mm512_storeu_si512(Vp + np * D + 32 * c, lo);
+      _mm512_storeu_si512(Vp + np * D + 32 * c + 16, hi);
     }
-  }
 }
 
 TF_INLINE void pack_v_bf16(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, uint32_t* Vp) {
@@ -257,9 +268,9 @@ TF_INLINE void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t
 }
 
 // pv_bf16 with the packing of V fused in (decode items of up to FUSED_ROWS rows, in tiles of up
-// to 12): rows n0 = 2np and n1 = 2np + 1 of the block at `v` are interleaved in registers exactly
-// as pack_v_bf16 stores them, so the products and their order, hence the results, are the same
-// bits; what goes is the 8 KB store and reload of the packed block per block of keys. PF: prefetch
+// to 12): key_pair interleaves the rows in registers exactly as pack_v_bf16 stores them, so the
+// products and their order, hence the results, are the same bits; what goes is the 8 KB store and
+// reload of the packed block per block of keys. PF: prefetch
 // the rows PF_KEYS further on as the packer does (the first row tile only); FULL: nk = npf = NB.
 template <int RB, int NV, bool FULL, bool PF>
 TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
@@ -267,16 +278,12 @@ TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, 
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
   for (int np = 0; np < NB / 2; ++np) {
-    const int n0 = 2 * np, n1 = 2 * np + 1;
     __m512bh vv[NV];
     for (int j = 0; j < NV; j += 2) {
-      const int64_t c = (j0 + j) / 2;
-      if (PF && (FULL || n0 < npf)) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
-      if (PF && (FULL || n1 < npf)) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
-      __m512i a = FULL || n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
-      __m512i b = FULL || n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
-      vv[j] = as_bh(_mm512_unpacklo_epi16(a, b));
-      vv[j + 1] = as_bh(_mm512_unpackhi_epi16(a, b));
+      __m512i lo, hi;
+      key_pair<FULL, PF>(v, vss, np, (j0 + j) / 2, nk, npf, lo, hi);
+      vv[j] = as_bh(lo);
+      vv[j + 1] = as_bh(hi);
     }
     for (int r = 0; r < RB; ++r) {
       __m512bh pb = as_bh(_mm512_set1_epi32((int)P[r * (NB / 2) + np]));
