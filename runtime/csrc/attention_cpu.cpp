@@ -439,34 +439,16 @@ void pv_f32(const float* P, const float* Vf, int64_t D, int64_t j0, float* O) {
 // Row blocks of up to 6 rows (6 x 4 accumulators + 4 operands + 1 broadcast fit in 32 zmm).
 constexpr int RBMAX = 6;
 
-template <template <int> class F, typename... A>
+// F<rb>::run(a...) for rb in [N, MAX] (rb > MAX runs F<MAX>): a tile of rb rows, its size a
+// compile-time constant. MAX = RBMAX for the 6-row tiles, 2 * RBMAX for pv_bf16_fused's 12.
+template <template <int> class F, int N = 1, int MAX = RBMAX, typename... A>
 TF_INLINE void by_rows(int rb, A... a) {
-  switch (rb) {
-    case 1: F<1>::run(a...); break;
-    case 2: F<2>::run(a...); break;
-    case 3: F<3>::run(a...); break;
-    case 4: F<4>::run(a...); break;
-    case 5: F<5>::run(a...); break;
-    default: F<6>::run(a...); break;
-  }
-}
-// by_rows for 1..12 rows (kernels whose tiles hold up to 12 rows)
-template <template <int> class F, typename... A>
-TF_INLINE void by_rows12(int rb, A... a) {
-  switch (rb) {
-    case 1: F<1>::run(a...); break;
-    case 2: F<2>::run(a...); break;
-    case 3: F<3>::run(a...); break;
-    case 4: F<4>::run(a...); break;
-    case 5: F<5>::run(a...); break;
-    case 6: F<6>::run(a...); break;
-    case 7: F<7>::run(a...); break;
-    case 8: F<8>::run(a...); break;
-    case 9: F<9>::run(a...); break;
-    case 10: F<10>::run(a...); break;
-    case 11: F<11>::run(a...); break;
-    default: F<12>::run(a...); break;
-  }
+  if constexpr (N == MAX)
+    F<N>::run(a...);
+  else if (rb == N)
+    F<N>::run(a...);
+  else
+    by_rows<F, N + 1, MAX>(rb, a...);
 }
 template <int RB> struct QKbf16 {
   TF_INLINE static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) { qk_bf16<RB>(Q, DU, Kp, S, lds); }
@@ -676,7 +658,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
 #endif
       if constexpr (FUSED) {
         for (int64_t r = 0; r < R; r += 2 * RBMAX)
-          by_rows12<PVbf16Fused>((int)std::min<int64_t>(2 * RBMAX, R - r),
+          by_rows<PVbf16Fused, 1, 2 * RBMAX>((int)std::min<int64_t>(2 * RBMAX, R - r),
                                  reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
                                  reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r == 0, acc + r * D);
         continue;
