@@ -77,7 +77,7 @@ constexpr int CHUNK = 1024;       // keys per decode work item (multiple of NB);
                                   // threads; beyond, 1,024 (512 throughout: 5-10% slower at 8K-32K)
 constexpr int64_t LDS = CHUNK + 16;  // floats between score rows (a multiple of 4 KB would alias in L1)
 constexpr int FUSED_ROWS = 48;   // decode items of up to this many rows never store a packed V block
-                                 // (pv_bf16_fused): 9-17% faster attention at T = 1..4, 8K-32K, Zen 4
+                                 // (pv_bf16_fused): attention 1.06-1.20x at T = 1..8, 7K-32K, Zen 4
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
 constexpr int PREFILL_ROWS = 192; // rows per prefill work item (multiple of the 6-row tile and of 16): 12% faster
                                   // than 96 at 32K on AMX (K/V packed once for twice the rows), 288 no better
@@ -270,8 +270,8 @@ TF_INLINE void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t
 // pv_bf16 with the packing of V fused in (decode items of up to FUSED_ROWS rows, in tiles of up
 // to 12): key_pair interleaves the rows in registers exactly as pack_v_bf16 stores them, so the
 // products and their order, hence the results, are the same bits; what goes is the 8 KB store and
-// reload of the packed block per block of keys. PF: prefetch
-// the rows PF_KEYS further on as the packer does (the first row tile only); FULL: nk = npf = NB.
+// reload of the packed block per block of keys. PF: prefetch the rows PF_KEYS further on as the
+// packer does (the first row tile only); FULL: nk = npf = NB.
 template <int RB, int NV, bool FULL, bool PF>
 TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
@@ -469,7 +469,7 @@ template <int RB> struct PVbf16Fused {
   template <bool FULL, bool PF>
   static void all(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, float* O) {
     int64_t j = 0;
-    if (RB <= 6)
+    if constexpr (RB <= RBMAX)
       for (; j + 4 <= D / 16; j += 4) pv_bf16_fused<RB, 4, FULL, PF>(P, v, vss, nk, npf, D, j, O);
     for (; j < D / 16; j += 2) pv_bf16_fused<RB, 2, FULL, PF>(P, v, vss, nk, npf, D, j, O);
   }
@@ -551,8 +551,7 @@ inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CH
 // (K read), then each row's chunk max, and exp + the P.V product (V read). So the softmax
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 // FUSED (DOT without AMX, R <= FUSED_ROWS): P.V interleaves V in registers (pv_bf16_fused). A
-// separate instance, so the code of the other items (prefill: 4-5% slower with the fused path in
-// the same body) stays as it was.
+// separate instance, so the other items' code (prefill) is compiled without the fused path.
 template <typename scalar_t, bool DOT, bool FUSED = false>
 void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
               int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc, bool amx) {
