@@ -78,12 +78,12 @@ def test_bf16_products_both_ways(kernel, T, dot):
 @pytest.mark.parametrize("dtype,dot", [(torch.float32, None), (torch.float16, None),
                                        (torch.bfloat16, False), (torch.bfloat16, True)])
 @pytest.mark.parametrize("S", [517, 1027, 2051])  # the T tokens straddle a chunk boundary (512, 1024, 2048)
-def test_rows_independent_of_T_and_threads(kernel, dtype, dot, S):
+@pytest.mark.parametrize("T", [4, 6])  # with AMX, 12 rows take the held-tile items, 18 two tiles (attention_cpu.cpp)
+def test_rows_independent_of_T_and_threads(kernel, dtype, dot, S, T):
     # Chunk and block boundaries are positions, and which thread runs a chunk changes nothing:
     # a verify pass over T tokens gives each token bit-for-bit what decoding it alone against
     # its prefix gives (greedy modes rely on this), with 1 thread or 2.
     gen = torch.Generator().manual_seed(1)
-    T = 6
     q = torch.randn(1, 9, T, 64, generator=gen).to(dtype)
     k, v = cache_views(1, 3, S, 64, dtype, gen)
     verify = kernel.attend(q, k, v, 0.125, dot)

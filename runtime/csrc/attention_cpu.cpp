@@ -171,28 +171,37 @@ TF_INLINE void prefetch_line(const void* p) {
 // ---- dot (vdpbf16ps): packing ---------------------------------------------------------------
 // Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
 // FULL: nk = npf = NB (every block but a chunk's last ones), so the loop has no branches.
-template <bool FULL>
-TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
+// Held items (HELD, AMX): after(g) runs once group g's 16 keys are packed (the previous block's
+// score tile g is stored there), and the block's own V rows are prefetched with its K rows
+// (VROWS: vrow, vss), so the P.V pass reads V from L2 (T = 1..5 at 32K: 6-9% faster on the Xeon).
+struct NoHook { TF_INLINE void operator()(int) const {} };
+template <bool FULL, bool VROWS, typename After>
+TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp, After after,
+                             const uint16_t* vrow, int64_t vss) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
         if (FULL || n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
+        if (VROWS && (FULL || n < nk)) prefetch_line(vrow + n * vss + 32 * h);
         r[i] = FULL || n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
       for (int j = 0; j < 16; ++j) _mm512_storeu_si512(Kp + (16 * h + j) * NB + 16 * g, r[j]);
     }
+    after(g);
   }
 }
 
 // Full blocks without branches: 4-5% faster attention at T = 1, 8K, on the Zen 4 (round 11).
-TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
+template <bool VROWS = false, typename After = NoHook>
+TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp, After after = {},
+                           const uint16_t* vrow = nullptr, int64_t vss = 0) {   // VROWS, vrow: see pack_k_bf16_t
   if (nk == NB && npf == NB)
-    pack_k_bf16_t<true>(k, kss, nk, npf, D, Kp);
+    pack_k_bf16_t<true, VROWS>(k, kss, nk, npf, D, Kp, after, vrow, vss);
   else
-    pack_k_bf16_t<false>(k, kss, nk, npf, D, Kp);
+    pack_k_bf16_t<false, VROWS>(k, kss, nk, npf, D, Kp, after, vrow, vss);
 }
 
 // Keys 2np and 2np + 1, dims [32c, 32c + 32), as vdpbf16ps P.V takes them: pairs (V[2np][d],
@@ -327,6 +336,63 @@ inline void pv_amx(const uint16_t* P, const uint32_t* Vp, int64_t D, float* O) {
     _tile_stored(0, O + j, D * 4);
     _tile_stored(1, O + j + 16, D * 4);
   }
+}
+
+// HELD items (AMX, one row tile, D = 64: decode and verify passes of up to 16 rows) keep their
+// operands in tiles (amx_begin(rows, 6)): Q's two halves in tmm4/tmm5 through a chunk's score
+// pass, the output's four column tiles in tmm0..3 through its P.V pass. Why (2-core Xeon, round
+// 13): tile stores in a burst stall this core's memory stream far beyond their own cost. A
+// streaming loop over 30 layers of 32K KV with the tile work of a block per 64 rows took 25 ms
+// with no tile stores, 41-49 ms with four stores per block in a burst, 30 ms with the same four
+// spread one per 16 rows. So a block's score tiles are stored while the next block is packed,
+// one per 16 keys (pack_k_bf16's after hook), and O once per chunk instead of loaded and stored
+// every block. Each accumulator sees the same products in the same order as qk_amx / pv_amx:
+// the same bits.
+inline void qk_amx_held(const uint32_t* Kp) {   // scores of one block into tmm0..3 (keys 0-15, ..., 48-63)
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  _tile_loadd(6, Kp, NB * 4);      _tile_dpbf16ps(0, 4, 6);   // units 0-15 (Q in tmm4)
+  _tile_loadd(7, Kp + 16, NB * 4); _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(6, Kp + 32, NB * 4); _tile_dpbf16ps(2, 4, 6);
+  _tile_loadd(7, Kp + 48, NB * 4); _tile_dpbf16ps(3, 4, 7);
+  const uint32_t* K1 = Kp + 16 * NB;                          // units 16-31 (tmm5)
+  _tile_loadd(6, K1, NB * 4);      _tile_dpbf16ps(0, 5, 6);
+  _tile_loadd(7, K1 + 16, NB * 4); _tile_dpbf16ps(1, 5, 7);
+  _tile_loadd(6, K1 + 32, NB * 4); _tile_dpbf16ps(2, 5, 6);
+  _tile_loadd(7, K1 + 48, NB * 4); _tile_dpbf16ps(3, 5, 7);
+}
+
+inline void tile_store(int t, float* S, int64_t ld) {   // tmm t (0..3) -> S
+  switch (t) {
+    case 0: _tile_stored(0, S, ld * 4); break;
+    case 1: _tile_stored(1, S, ld * 4); break;
+    case 2: _tile_stored(2, S, ld * 4); break;
+    default: _tile_stored(3, S, ld * 4); break;
+  }
+}
+
+inline void tiles_store4(float* S, int64_t ld) {   // tmm0..3 -> S[rows][64] (row stride ld floats)
+  _tile_stored(0, S, ld * 4); _tile_stored(1, S + 16, ld * 4);
+  _tile_stored(2, S + 32, ld * 4); _tile_stored(3, S + 48, ld * 4);
+}
+
+inline void tiles_load4(const float* S, int64_t ld) {
+  _tile_loadd(0, S, ld * 4); _tile_loadd(1, S + 16, ld * 4);
+  _tile_loadd(2, S + 32, ld * 4); _tile_loadd(3, S + 48, ld * 4);
+}
+
+inline void pv_amx_held(const uint16_t* P, const uint32_t* Vp) {   // tmm0..3 += P . V over one block
+  constexpr int64_t D = 64;
+  _tile_loadd(4, P, NB * 2);        // keys 0-31
+  _tile_loadd(5, P + 32, NB * 2);   // keys 32-63
+  _tile_loadd(6, Vp, D * 4);      _tile_dpbf16ps(0, 4, 6);
+  _tile_loadd(7, Vp + 16, D * 4); _tile_dpbf16ps(1, 4, 7);
+  _tile_loadd(6, Vp + 32, D * 4); _tile_dpbf16ps(2, 4, 6);
+  _tile_loadd(7, Vp + 48, D * 4); _tile_dpbf16ps(3, 4, 7);
+  const uint32_t* V1 = Vp + 16 * D;
+  _tile_loadd(6, V1, D * 4);      _tile_dpbf16ps(0, 5, 6);
+  _tile_loadd(7, V1 + 16, D * 4); _tile_dpbf16ps(1, 5, 7);
+  _tile_loadd(6, V1 + 32, D * 4); _tile_dpbf16ps(2, 5, 6);
+  _tile_loadd(7, V1 + 48, D * 4); _tile_dpbf16ps(3, 5, 7);
 }
 #endif
 
@@ -552,7 +618,7 @@ inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CH
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 // FUSED (DOT without AMX, R <= FUSED_ROWS): P.V interleaves V in registers (pv_bf16_fused). A
 // separate instance, so the other items' code (prefill) is compiled without the fused path.
-template <typename scalar_t, bool DOT, bool FUSED = false>
+template <typename scalar_t, bool DOT, bool FUSED = false, bool HELD = false>
 void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
               int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc, bool amx) {
   constexpr bool BF16_IN = std::is_same<scalar_t, at::BFloat16>::value;
@@ -565,6 +631,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   float* Kp = scratch(buf, 2 * D * NB + Rp * LDS + Rp * NB + R * 16 + 2 * Rp * D);
   float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
   float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
+  static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
   for (int64_t r = 0; r < R; ++r) {
     int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
@@ -582,28 +649,51 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(O, O + Rp * D, 0.f);
 #if TF_AMX
-  if (amx) amx_begin((int)tile_rows);
+  if (amx) amx_begin((int)tile_rows, HELD ? 6 : 5);
 #endif
   // keys of [n0, n0 + n) row r sees (negative: none)
   auto visible = [&](int64_t r, int64_t n0, int64_t n) { return std::min<int64_t>(sh.S - sh.T + (r0 + r) % sh.T - n0 + 1, n); };
   for (int64_t cc0 = c0, cc1; cc0 < c1; cc0 = cc1) {
     cc1 = std::min<int64_t>(chunk_begin(chunk_of(cc0) + 1), c1);
     // pass 1: raw scores Sc[r][n - cc0]
+#if TF_AMX
+    if constexpr (HELD) {
+      _tile_loadd(4, Qf, D * 2);
+      _tile_loadd(5, reinterpret_cast<const uint16_t*>(Qf) + 32, D * 2);
+    }
+#endif
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
       // rows PF_KEYS ahead that exist (they may lie in the next chunk: usually this thread's next item)
       const int npf = (int)std::clamp<int64_t>(sh.S - (n0 + PF_KEYS), 0, NB);
-      if (DOT)
+      if constexpr (HELD) {   // the previous block's score tiles go out one per 16 keys packed; V rows prefetched
+#if TF_AMX
+        const auto* kb = reinterpret_cast<const uint16_t*>(k + n0 * sh.kss);
+        const auto* vrow = reinterpret_cast<const uint16_t*>(v + n0 * sh.vss);
+        if (n0 > cc0) {
+          float* prev = Sc + (n0 - NB - cc0);
+          pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp),
+                            [prev](int g) { tile_store(g, prev + 16 * g, LDS); }, vrow, sh.vss);
+        } else {
+          pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), NoHook{}, vrow, sh.vss);
+        }
+#endif
+      } else if (DOT)
         pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
       else if constexpr (BF16_IN)
         pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, Kp);
       else
         pack_k_f32(k + n0 * sh.kss, sh.kss, nk, npf, D, Kp);
-      if (n0 + NB >= cc1)   // the chunk's last K block: start V's first PF_KEYS rows (pass 2 prefetches the rest)
+      if (!HELD && n0 + NB >= cc1)   // the chunk's last K block: start V's first PF_KEYS rows (pass 2 prefetches the rest)
         for (int64_t n = cc0; n < std::min<int64_t>(cc0 + PF_KEYS, cc1); ++n)
           for (int64_t x = 0; x < D * (int64_t)sizeof(scalar_t); x += 64)
             prefetch_line(reinterpret_cast<const char*>(v + n * sh.vss) + x);
 #if TF_AMX
+      if constexpr (HELD) {   // the previous block's scores went out while this block was packed
+        qk_amx_held(reinterpret_cast<const uint32_t*>(Kp));
+        if (n0 + NB >= cc1) tiles_store4(Sc + (n0 - cc0), LDS);
+        continue;
+      }
       if (amx) {
         for (int64_t r = 0; r < Rp; r += tile_rows)
           qk_amx(reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2, reinterpret_cast<const uint32_t*>(Kp),
@@ -633,9 +723,12 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       m[r] = mnew;
     }
     // pass 2: P = exp2(c*s - m) per block, O += P . V
+#if TF_AMX
+    if constexpr (HELD) tiles_load4(O, D);
+#endif
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
-      const int npf = (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S)
+      const int npf = HELD ? 0 : (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S; HELD: pass 1 did)
       if constexpr (FUSED) {
         // V interleaved in registers by pv_bf16_fused
       } else if (DOT)
@@ -649,6 +742,10 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         exp_row<DOT>(Sc + r * LDS + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
       }
 #if TF_AMX
+      if constexpr (HELD) {
+        pv_amx_held(reinterpret_cast<const uint16_t*>(P), reinterpret_cast<const uint32_t*>(Vb));
+        continue;
+      }
       if (amx) {
         for (int64_t r = 0; r < Rp; r += tile_rows)
           pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
@@ -671,6 +768,9 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
           by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, acc + r * D);
       }
     }
+#if TF_AMX
+    if constexpr (HELD) tiles_store4(O, D);
+#endif
   }
 #if TF_AMX
   if (amx) {
@@ -830,6 +930,10 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
             if constexpr (std::is_same<scalar_t, at::BFloat16>::value) {
               if (dot && !amx && nr <= FUSED_ROWS)
                 run_item<scalar_t, true, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);
+#if TF_AMX
+              else if (dot && amx && nr <= 16 && sh.D == 64)
+                run_item<scalar_t, true, false, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
+#endif
               else if (dot)
                 run_item<scalar_t, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, amx);
               else

@@ -48,14 +48,14 @@ inline bool amx_usable() {
 }
 
 #if TF_AMX
-// Tiles of 64 bytes a row: tmm0..tmm4 (results and left operands) of `rows` rows (1..16),
-// tmm5..tmm7 (right operands) of 16. Loaded before each piece of tile work (a thread may have
-// run oneDNN's tiles, with their own shapes, in between) and released after.
-inline void amx_begin(int rows) {
+// Tiles of 64 bytes a row: tmm0 .. tmm(left - 1) (results and left operands) of `rows` rows
+// (1..16), the others (right operands) of 16. Loaded before each piece of tile work (a thread
+// may have run oneDNN's tiles, with their own shapes, in between) and released after.
+inline void amx_begin(int rows, int left = 5) {
   struct alignas(64) Config { uint8_t palette, start_row, reserved[14]; uint16_t colsb[16]; uint8_t rows[16]; };
   Config c{};
   c.palette = 1;
-  for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = i < 5 ? rows : 16;
+  for (int i = 0; i < 8; ++i) c.colsb[i] = 64, c.rows[i] = i < left ? rows : 16;
   _tile_loadconfig(&c);
 }
 inline void amx_end() { _tile_release(); }
