@@ -16,6 +16,14 @@ from triforce.runtime.bench.measure import interleaved, timed
 from triforce.runtime.native import attention_cpu
 
 
+def _roofs(dtype) -> tuple[float, float | None]:
+    """This machine's read bandwidth (bytes/s) and, for a dtype, its matmul peak (FLOP/s): the
+    probes the passes suite uses, so that every roofline here is this machine's."""
+    from triforce.runtime.bench.passes import matmul_peak_gflops
+    from triforce.runtime.probes import read_bandwidth_gbs
+    return read_bandwidth_gbs() * 1e9, (matmul_peak_gflops(dtype) * 1e9 if dtype is not None else None)
+
+
 def _bench(threads: int = 2, repeats: int = 15) -> None:
     """Kernel (both product variants) vs SDPA(+mask), bf16, B=1, SmolLM2's H=9, Hkv=3, D=64.
 
@@ -35,10 +43,11 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
     kernel = attention_cpu()
     assert kernel is not None, "native attention did not build"
     B, H, Hkv, D, dt = 1, 9, 3, 64, torch.bfloat16
-    peak_bytes, peak_flops = 34e9, 190e9   # 2-core EPYC (ASSETS.md): read bandwidth; bf16 torch matmul
+    peak_bytes, peak_flops = _roofs(torch.bfloat16)
     default = "dot" if kernel.dot_bf16_default() else "fma"
     fns = {default: None, {"dot": "fma", "fma": "dot"}[default]: None, "sdpa": None}
-    print(f"threads={threads} bf16 H={H} Hkv={Hkv} D={D}; roofline = max(bytes/34 GB/s, FLOPs/190 GFLOP/s); "
+    print(f"threads={threads} bf16 H={H} Hkv={Hkv} D={D}; roofline = max(bytes/{peak_bytes / 1e9:.1f} GB/s, "
+          f"FLOPs/{peak_flops / 1e9:.0f} GFLOP/s) (both measured here); "
           f"median of {repeats} (min); kernel default here: {default} (vdpbf16ps = dot, fp32 FMA = fma)")
     print(f"{'S':>6} {'T':>3} " + " ".join(f"{name + ' ms':>17} {'GB/s':>5} {'x roof':>6}" for name in fns)
           + f" {'sdpa/' + default:>10}")
@@ -101,7 +110,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     head: 134.5M weights, each matrix its own copy, so that nothing stays in cache), N rows of
     bf16 activations: runtime/csrc/quant_cpu.cpp against torch's kernels, both through the
     modules' forward (what a pass pays) and the kernels alone. Medians of `repeats`, interleaved.
-    Roofline: packed weight bytes / 34 GB/s (this EPYC's read bandwidth)."""
+    Roofline: packed weight bytes / the read bandwidth measured here."""
     import statistics
 
     import torch
@@ -113,6 +122,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     assert kernel is not None, "native quant_cpu did not build with avx512_vnni"
     shapes = [s for _ in range(SMOLLM2_LAYERS) for s in SMOLLM2_LINEARS] + [SMOLLM2_HEAD]
     weights = sum(o * k for o, k in shapes)
+    bandwidth, _ = _roofs(None)
     print(f"threads={threads}, {len(shapes)} matrices, {weights / 1e6:.1f}M weights, bf16 activations; "
           f"medians of {repeats}; GB/s of weight bytes read")
     print(f"{'kind':>4} {'N':>3} {'native ms':>10} {'GB/s':>5} {'kernel ms':>10} {'GB/s':>5} "
@@ -146,7 +156,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
             print(f"{name:>4} {n:>3} {t['native'] * 1e3:>10.2f} {native_bytes / t['native'] / 1e9:>5.1f} "
                   f"{t['kernel'] * 1e3:>10.2f} {native_bytes / t['kernel'] / 1e9:>5.1f} "
                   f"{t['torch'] * 1e3:>9.2f} {torch_bytes / t['torch'] / 1e9:>5.1f} "
-                  f"{native_bytes / 34e9 * 1e3:>9.2f} {t['torch'] / t['native']:>7.2f}x")
+                  f"{native_bytes / bandwidth * 1e3:>9.2f} {t['torch'] / t['native']:>7.2f}x")
         del layers
 
 
