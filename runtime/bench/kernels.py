@@ -14,14 +14,14 @@ import sys
 
 from triforce.runtime.bench.measure import interleaved, timed
 from triforce.runtime.native import attention_cpu
+from triforce.runtime.probes import read_bandwidth_gbs
 
 
-def _roofs(dtype) -> tuple[float, float | None]:
-    """This machine's read bandwidth (bytes/s) and, for a dtype, its matmul peak (FLOP/s): the
-    probes the passes suite uses, so that every roofline here is this machine's."""
+def _roofs(dtype) -> tuple[float, float]:
+    """This machine's read bandwidth (bytes/s) and matmul peak in `dtype` (FLOP/s): the probes
+    the passes suite uses, so that every roofline here is this machine's."""
     from triforce.runtime.bench.passes import matmul_peak_gflops
-    from triforce.runtime.probes import read_bandwidth_gbs
-    return read_bandwidth_gbs() * 1e9, (matmul_peak_gflops(dtype) * 1e9 if dtype is not None else None)
+    return read_bandwidth_gbs() * 1e9, matmul_peak_gflops(dtype) * 1e9
 
 
 def _bench(threads: int = 2, repeats: int = 15) -> None:
@@ -122,7 +122,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     assert kernel is not None, "native quant_cpu did not build with avx512_vnni"
     shapes = [s for _ in range(SMOLLM2_LAYERS) for s in SMOLLM2_LINEARS] + [SMOLLM2_HEAD]
     weights = sum(o * k for o, k in shapes)
-    bandwidth, _ = _roofs(None)
+    bandwidth = read_bandwidth_gbs() * 1e9   # the floor column: packed bytes / this machine's bandwidth
     print(f"threads={threads}, {len(shapes)} matrices, {weights / 1e6:.1f}M weights, bf16 activations; "
           f"medians of {repeats}; GB/s of weight bytes read")
     print(f"{'kind':>4} {'N':>3} {'native ms':>10} {'GB/s':>5} {'kernel ms':>10} {'GB/s':>5} "

@@ -309,6 +309,24 @@ TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, 
 // P rows are its left operand, so the tiles read them in place: 16 query rows at a time (the
 // item's rows are padded to a multiple of 16), tmm4 the left tile, tmm5/tmm6 the right ones.
 #if TF_AMX
+inline void tile_store(int t, float* S, int64_t ld) {   // tmm t (0..3) -> S (row stride ld floats)
+  switch (t) {
+    case 0: _tile_stored(0, S, ld * 4); break;
+    case 1: _tile_stored(1, S, ld * 4); break;
+    case 2: _tile_stored(2, S, ld * 4); break;
+    default: _tile_stored(3, S, ld * 4); break;
+  }
+}
+
+inline void tiles_store4(float* S, int64_t ld) {   // tmm0..3 -> S[rows][64]
+  for (int t = 0; t < 4; ++t) tile_store(t, S + 16 * t, ld);
+}
+
+inline void tiles_load4(const float* S, int64_t ld) {   // S[rows][64] -> tmm0..3
+  _tile_loadd(0, S, ld * 4); _tile_loadd(1, S + 16, ld * 4);
+  _tile_loadd(2, S + 32, ld * 4); _tile_loadd(3, S + 48, ld * 4);
+}
+
 // S[16 rows][NB] = Q[16][D] . K^T over one block: tmm0..3 hold keys 0-15, 16-31, 32-47, 48-63.
 inline void qk_amx(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) {
   _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -319,8 +337,7 @@ inline void qk_amx(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, 
     _tile_loadd(5, Kp + u * NB + 32, NB * 4); _tile_dpbf16ps(2, 4, 5);
     _tile_loadd(6, Kp + u * NB + 48, NB * 4); _tile_dpbf16ps(3, 4, 6);
   }
-  _tile_stored(0, S, lds * 4); _tile_stored(1, S + 16, lds * 4);
-  _tile_stored(2, S + 32, lds * 4); _tile_stored(3, S + 48, lds * 4);
+  tiles_store4(S, lds);
 }
 
 // O[16 rows][D] += P[16][NB] . V[NB][D] (P bf16 rows of NB; O in Vp's lane order), 32 lanes of
@@ -360,25 +377,6 @@ inline void qk_amx_held(const uint32_t* Kp) {   // scores of one block into tmm0
   _tile_loadd(7, K1 + 16, NB * 4); _tile_dpbf16ps(1, 5, 7);
   _tile_loadd(6, K1 + 32, NB * 4); _tile_dpbf16ps(2, 5, 6);
   _tile_loadd(7, K1 + 48, NB * 4); _tile_dpbf16ps(3, 5, 7);
-}
-
-inline void tile_store(int t, float* S, int64_t ld) {   // tmm t (0..3) -> S
-  switch (t) {
-    case 0: _tile_stored(0, S, ld * 4); break;
-    case 1: _tile_stored(1, S, ld * 4); break;
-    case 2: _tile_stored(2, S, ld * 4); break;
-    default: _tile_stored(3, S, ld * 4); break;
-  }
-}
-
-inline void tiles_store4(float* S, int64_t ld) {   // tmm0..3 -> S[rows][64] (row stride ld floats)
-  _tile_stored(0, S, ld * 4); _tile_stored(1, S + 16, ld * 4);
-  _tile_stored(2, S + 32, ld * 4); _tile_stored(3, S + 48, ld * 4);
-}
-
-inline void tiles_load4(const float* S, int64_t ld) {
-  _tile_loadd(0, S, ld * 4); _tile_loadd(1, S + 16, ld * 4);
-  _tile_loadd(2, S + 32, ld * 4); _tile_loadd(3, S + 48, ld * 4);
 }
 
 inline void pv_amx_held(const uint16_t* P, const uint32_t* Vp) {   // tmm0..3 += P . V over one block
@@ -885,7 +883,8 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   // AMX decode/verify with more than one tile of rows (R > 16): row blocks of equal height <= 16,
   // each a HELD item (run_item); a chunk's row blocks are consecutive items, so the later ones
   // read K and V from L2. 30 layers at 32K, T = 6..16: 1.07-1.14x against two-tile items.
-  const bool split_rows = !prefill && amx && sh.D == 64 && sh.R > 16;
+  const bool held = amx && sh.D == 64;   // items of <= 16 rows take run_item<..., HELD>
+  const bool split_rows = !prefill && held && sh.R > 16;
   const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + (sh.R + 15) / 16 - 1) / ((sh.R + 15) / 16) : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
   const auto dim = lane_dims(!fast ? Lanes::identity : dot ? Lanes::vp
@@ -936,7 +935,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
               if (dot && !amx && nr <= FUSED_ROWS)
                 run_item<scalar_t, true, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);
 #if TF_AMX
-              else if (dot && amx && nr <= 16 && sh.D == 64)
+              else if (held && nr <= 16)
                 run_item<scalar_t, true, false, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
 #endif
               else if (dot)
