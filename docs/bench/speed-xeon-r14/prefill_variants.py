@@ -1,0 +1,30 @@
+# usage: python prefill_variants.py S[,S..] REPEATS name=SED | name=@FILE ...   (round 14) one prefill chunk (T = 1,024 queries at the end of S keys, one layer) with variants of runtime/csrc/attention_cpu.cpp, interleaved; outputs compared with the first
+import sys, statistics, tempfile, subprocess
+from pathlib import Path
+import torch
+from torch.utils import cpp_extension
+from triforce.runtime.native import CSRC, attention_cpu
+from triforce.runtime.bench.measure import interleaved, timed
+torch.set_num_threads(2)
+S = [int(s) for s in sys.argv[1].split(",")]; reps = int(sys.argv[2]); T = 1024
+src = (CSRC / "attention_cpu.cpp").read_text()
+mods = {}
+for spec in sys.argv[3:]:
+    name, expr = spec.split("=", 1)
+    d = Path(tempfile.mkdtemp(prefix=f"pvar-{name}-")); f = d / f"att_{name}.cpp"
+    f.write_text(Path(expr[1:]).read_text() if expr.startswith("@") else src)
+    if expr and not expr.startswith("@"): subprocess.run(["sed", "-i", "-E", expr, str(f)], check=True)
+    mods[name] = cpp_extension.load(name=f"tf_patt_{name}", sources=[str(f)], build_directory=str(d),
+        extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", f"-I{CSRC}"], extra_ldflags=["-fopenmp"])
+for s in S:
+    k, v = torch.randn(1, 3, s, 64).bfloat16(), torch.randn(1, 3, s, 64).bfloat16()
+    q = torch.randn(1, 9, T, 64).bfloat16()
+    ref = mods[next(iter(mods))].attend(q, k, v, 0.125)
+    for n, m in mods.items():
+        out = m.attend(q, k, v, 0.125)
+        if not torch.equal(out, ref): print(f"  {n}: differs from base (max {(out.float()-ref.float()).abs().max():.3g})")
+    fns = {n: (lambda m=m: m.attend(q, k, v, 0.125)) for n, m in mods.items()}
+    raw = interleaved({kk: timed(f) for kk, f in fns.items()}, reps)
+    t = {kk: statistics.median(vv) * 1e3 for kk, vv in raw.items()}
+    flops = 4 * 9 * T * (s - T / 2) * 64
+    print(f"S={s} T={T}: " + "  ".join(f"{n} {v:.1f} ms ({flops / v / 1e6:.0f} GFLOP/s)" for n, v in t.items()), flush=True)
