@@ -1,21 +1,13 @@
 # usage: python prefill_variants.py S[,S..] REPEATS name=SED | name=@FILE ...   (round 14) one prefill chunk (T = 1,024 queries at the end of S keys, one layer) with variants of runtime/csrc/attention_cpu.cpp, interleaved; outputs compared with the first
-import sys, statistics, tempfile, subprocess
+import importlib.util, statistics, sys
 from pathlib import Path
 import torch
-from torch.utils import cpp_extension
-from triforce.runtime.native import CSRC, attention_cpu
 from triforce.runtime.bench.measure import interleaved, timed
+spec = importlib.util.spec_from_file_location("variants", Path(__file__).parent.parent / "speed-xeon-r13" / "variants.py")
+variants = importlib.util.module_from_spec(spec); spec.loader.exec_module(variants)   # its build(): one builder for both
 torch.set_num_threads(2)
 S = [int(s) for s in sys.argv[1].split(",")]; reps = int(sys.argv[2]); T = 1024
-src = (CSRC / "attention_cpu.cpp").read_text()
-mods = {}
-for spec in sys.argv[3:]:
-    name, expr = spec.split("=", 1)
-    d = Path(tempfile.mkdtemp(prefix=f"pvar-{name}-")); f = d / f"att_{name}.cpp"
-    f.write_text(Path(expr[1:]).read_text() if expr.startswith("@") else src)
-    if expr and not expr.startswith("@"): subprocess.run(["sed", "-i", "-E", expr, str(f)], check=True)
-    mods[name] = cpp_extension.load(name=f"tf_patt_{name}", sources=[str(f)], build_directory=str(d),
-        extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", f"-I{CSRC}"], extra_ldflags=["-fopenmp"])
+mods = variants.build(sys.argv[3:], base=False, tag="patt")
 for s in S:
     k, v = torch.randn(1, 3, s, 64).bfloat16(), torch.randn(1, 3, s, 64).bfloat16()
     q = torch.randn(1, 9, T, 64).bfloat16()
