@@ -34,7 +34,11 @@ EXPLORE_TOKENS = 12         # a level proposes at least 1 token, when its verifi
 REPROBE_ROUNDS = 32         # ... and again once it has drafted nothing for this many rounds (a level switched off
                             # gathers no evidence: an unlucky first sample, or text that changed, would keep it off)
 ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
-PROBE_POINTS = (1, 2, 4, 8, 16)  # pass lengths timed at start-up (up to each level's γ cap + 1)
+# Pass lengths timed at start-up (up to each level's γ cap + 1), between them linear. Every T up to 8,
+# where the choices land: a CPU pass's cost steps where its query rows need one more tile (the AMX
+# kernel: T = 6 for G = 3, 18 rows; at 8K the target took 27.6 ms at T = 5 and 32.6 at T = 6, where
+# a line through T = 4 and 8 said 28.6 and 30.1: docs/BENCHMARKS.md, round 14).
+PROBE_POINTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

@@ -11,6 +11,7 @@ import os
 import platform
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -98,12 +99,20 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
                             rebuilds=sum(s["levels"][name]["rebuilds"] for s in stats))
     tokens = sum(s["new_tokens"] for s in stats)
     passes = sum(s["target_passes"] for s in stats)
-    return dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
-                repeats=len(stats), ms_per_token=spread([s["ms_per_token"] for s in stats]),
-                prefill_s=spread([s["prefill_s"] for s in stats]), warmup_prefill_s=warmup_prefill_s,
-                tokens_per_target_pass=round(tokens / passes, 3) if passes else None,
-                acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
-                levels=levels)
+    row = dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
+               repeats=len(stats), ms_per_token=spread([s["ms_per_token"] for s in stats]),
+               prefill_s=spread([s["prefill_s"] for s in stats]), warmup_prefill_s=warmup_prefill_s,
+               tokens_per_target_pass=round(tokens / passes, 3) if passes else None,
+               acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
+               levels=levels)
+    if "gamma" in stats[0]:   # --gamma auto: what it chose, over the repeats, and what its probes cost
+        rounds = Counter()
+        for s in stats:
+            rounds.update(s["gamma"]["rounds_per_choice"])
+        row["gamma"] = dict(rounds_per_choice=dict(rounds.most_common()),
+                            probe_s=spread([s["gamma"]["probe_s"] for s in stats], 4),
+                            pass_ms=stats[0]["gamma"]["pass_ms"])
+    return row
 
 
 def hf_sampling(temperature: float, top_p: float) -> dict:
