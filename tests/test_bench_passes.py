@@ -62,8 +62,9 @@ def test_peers_adds_llama_cpp_when_given_a_binary_and_a_gguf(tiny_pair, tmp_path
     target, drafter = tiny_pair
     fake = tmp_path / "llama-bench"   # prints what llama-bench -o json prints, and its arguments
     fake.write_text("#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n"
-                    "echo '[{\"n_prompt\": 0, \"n_gen\": 2, \"n_depth\": 64, \"avg_ts\": 50.0, "
-                    "\"samples_ts\": [40.0, 50.0, 62.5]}]'\n")
+                    "echo '[{\"n_prompt\": 0, \"n_gen\": 2, \"n_depth\": 64, \"flash_attn\": 0, \"avg_ts\": 50.0, "
+                    "\"samples_ts\": [40.0, 50.0, 62.5]}, {\"n_prompt\": 0, \"n_gen\": 2, \"n_depth\": 64, "
+                    "\"flash_attn\": 1, \"avg_ts\": 25.0, \"samples_ts\": [25.0]}]'\n")
     fake.chmod(0o755)
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF")
@@ -74,8 +75,10 @@ def test_peers_adds_llama_cpp_when_given_a_binary_and_a_gguf(tiny_pair, tmp_path
                  "--out", str(out)]) == 0
     rows = {r["system"]: r for r in json.loads((out / "peers.json").read_text())["rows"]}
     llama = rows["llama.cpp"]
-    assert llama["ms_per_token"]["median"] == 20.0 and llama["ms_per_token"]["min"] == 16.0
+    assert llama["ms_per_token"]["median"] == 20.0 and llama["ms_per_token"]["min"] == 16.0   # the faster setting
+    assert llama["flash_attn"] == 0 and llama["tokens_per_s_by_flash_attn"] == {"0": 50.0, "1": 25.0}
     assert llama["speedup_vs_ar"] == pytest.approx(rows["ours ar"]["ms_per_token"]["median"] / 20.0, rel=1e-2, abs=1e-3)  # stored to 3 decimals
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("-d") + 1] == "64" and args[args.index("-t") + 1] == "1" and "-o" in args
+    assert args[args.index("-fa") + 1] == "0,1"
     assert "llama.cpp" in (out / "peers.md").read_text()
