@@ -6,8 +6,8 @@
 //   rows (row r = g*T + t), and each block of NB keys is read once for all R rows.
 // * Decode/verify (G*T <= 256): the sequence is split into position-aligned chunks (chunk_begin:
 //   512, 512, then CHUNK keys each); work items are (b, kv head, chunk), each with its own
-//   partial (max, sum, acc), merged by log-sum-exp in chunk order (with AMX and more than 16
-//   rows, also by block of at most 16 rows: one tile each). Prefill (more rows): items
+//   partial (max, sum, acc), merged by log-sum-exp in chunk order (with AMX and more than 32
+//   rows, also by block of at most 32 rows: one or two tiles each). Prefill (more rows): items
 //   are (b, kv head, block of rows), each over all the keys up to its last visible one, written
 //   out directly.
 //   Chunk and block boundaries depend only on positions, and which thread runs an item changes
@@ -67,6 +67,7 @@
 #include <optional>
 #include <vector>
 
+#include "runs.h"   // Runs: work items with stealing
 #include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
 
 namespace {
@@ -356,8 +357,8 @@ inline void pv_amx(const uint16_t* P, const uint32_t* Vp, int64_t D, float* O) {
   }
 }
 
-// HELD items (AMX, one row tile, D = 64: decode and verify passes of up to 16 rows) keep their
-// operands in tiles (amx_begin(rows, 6)): Q's two halves in tmm4/tmm5 through a chunk's score
+// HELD items (AMX, one row tile, D = 64: decode and verify passes of up to 16 rows; HELD == 2
+// items, two tiles, below) keep their operands in tiles (amx_begin(rows, 6)): Q's two halves in tmm4/tmm5 through a chunk's score
 // pass, the output's four column tiles in tmm0..3 through its P.V pass. Why (2-core Xeon, round
 // 13): tile stores in a burst stall this core's memory stream far beyond their own cost. A
 // streaming loop over 30 layers of 32K KV with the tile work of a block per 64 rows took 25 ms
@@ -392,6 +393,28 @@ inline void pv_amx_held(const uint16_t* P, const uint32_t* Vp) {   // tmm0..3 +=
   _tile_loadd(7, V1 + 16, D * 4); _tile_dpbf16ps(1, 5, 7);
   _tile_loadd(6, V1 + 32, D * 4); _tile_dpbf16ps(2, 5, 6);
   _tile_loadd(7, V1 + 48, D * 4); _tile_dpbf16ps(3, 5, 7);
+}
+
+// Items of two row tiles (HELD == 2: 17-32 rows, verify passes of T = 6..10 for G = 3) share one
+// packing of K for both tiles: the scores of 32 keys at a time, sub-block s of a packed block, into
+// tmm0/tmm1 (tile 0's rows; keys +0-15, +16-31) and tmm2/tmm3 (tile 1's), Q's halves loaded from L1
+// (tmm4/tmm5). Each score tile sums the same two products in the same order as qk_amx_held's. Sub-
+// block 0's products run once its 32 keys are packed and its tiles are stored while the rest of the
+// block is packed; sub-block 1's while the next block is (two stores per 16 keys packed). The P.V
+// pass then runs per tile, each holding its output in tmm0..3 (8 tiles would not fit), the second
+// reading V from L2. Against two one-tile items (K packed twice), 30 layers at T = 6..10: 1.15-1.18x
+// at 7.2K and 32K on the Xeon of round 15.
+inline void qk_amx_held2(const uint16_t* Q, int64_t tile_rows, const uint32_t* Kp, int s) {
+  constexpr int64_t D = 64;
+  const uint16_t* Q1 = Q + tile_rows * D;
+  const uint32_t* K = Kp + 32 * s;
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  for (int h = 0; h < 2; ++h) {   // units 16h .. 16h + 15 (dims 32h .. 32h + 31)
+    _tile_loadd(6, K + 16 * h * NB, NB * 4);
+    _tile_loadd(7, K + 16 * h * NB + 16, NB * 4);
+    _tile_loadd(4, Q + 32 * h, D * 2);  _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, Q1 + 32 * h, D * 2); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+  }
 }
 #endif
 
@@ -617,7 +640,7 @@ inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CH
 // reduces and rescales once per chunk, not once per block. A decode item is one chunk.
 // FUSED (DOT without AMX, R <= FUSED_ROWS): P.V interleaves V in registers (pv_bf16_fused). A
 // separate instance, so the other items' code (prefill) is compiled without the fused path.
-template <typename scalar_t, bool DOT, bool FUSED = false, bool HELD = false>
+template <typename scalar_t, bool DOT, bool FUSED = false, int HELD = 0>
 void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
               int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc, bool amx) {
   constexpr bool BF16_IN = std::is_same<scalar_t, at::BFloat16>::value;
@@ -631,6 +654,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
   float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
   static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
+  static_assert(HELD >= 0 && HELD <= 2, "HELD: 0, or the row tiles of a held item (1 or 2)");
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
   for (int64_t r = 0; r < R; ++r) {
     int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
@@ -656,7 +680,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     cc1 = std::min<int64_t>(chunk_begin(chunk_of(cc0) + 1), c1);
     // pass 1: raw scores Sc[r][n - cc0]
 #if TF_AMX
-    if constexpr (HELD) {
+    if constexpr (HELD == 1) {
       _tile_loadd(4, Qf, D * 2);
       _tile_loadd(5, reinterpret_cast<const uint16_t*>(Qf) + 32, D * 2);
     }
@@ -669,7 +693,17 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
 #if TF_AMX
         const auto* kb = reinterpret_cast<const uint16_t*>(k + n0 * sh.kss);
         const auto* vrow = reinterpret_cast<const uint16_t*>(v + n0 * sh.vss);
-        if (n0 > cc0) {
+        if constexpr (HELD == 2) {   // per 16 keys packed, two stores: the previous sub-block's, then this block's first
+          const auto* Q = reinterpret_cast<const uint16_t*>(Qf);
+          const auto* kp = reinterpret_cast<const uint32_t*>(Kp);
+          const int64_t off = n0 - cc0;   // this block's scores in Sc
+          auto out = [&](int t, int64_t at) { tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + at + 16 * (t & 1), LDS); };
+          pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), [&](int g) {
+            if (g < 2 && n0 > cc0) out(2 * g, off - 32), out(2 * g + 1, off - 32);   // the previous block's keys 32-63
+            if (g == 1) qk_amx_held2(Q, tile_rows, kp, 0);                            // keys 0-31 are packed
+            if (g >= 2) out(2 * g - 4, off), out(2 * g - 3, off);
+          }, vrow, sh.vss);
+        } else if (n0 > cc0) {
           float* prev = Sc + (n0 - NB - cc0);
           pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp),
                             [prev](int g) { tile_store(g, prev + 16 * g, LDS); }, vrow, sh.vss);
@@ -688,6 +722,12 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
           for (int64_t x = 0; x < D * (int64_t)sizeof(scalar_t); x += 64)
             prefetch_line(reinterpret_cast<const char*>(v + n * sh.vss) + x);
 #if TF_AMX
+      if constexpr (HELD == 2) {   // keys 32-63 into tmm0..3, stored while the next block is packed
+        qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 1);
+        if (n0 + NB >= cc1)
+          for (int t = 0; t < 4; ++t) tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + (n0 - cc0) + 32 + 16 * (t & 1), LDS);
+        continue;
+      }
       if constexpr (HELD) {   // the previous block's scores went out while this block was packed
         qk_amx_held(reinterpret_cast<const uint32_t*>(Kp));
         if (n0 + NB >= cc1) tiles_store4(Sc + (n0 - cc0), LDS);
@@ -721,55 +761,59 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       }
       m[r] = mnew;
     }
-    // pass 2: P = exp2(c*s - m) per block, O += P . V
+    // pass 2: P = exp2(c*s - m) per block, O += P . V (HELD == 2: one row tile after the other,
+    // each holding its output in tmm0..3; the second reads V from L2)
+    for (int64_t rlo = 0, rhi; rlo < R; rlo = rhi) {
+      rhi = HELD == 2 ? std::min(R, rlo + tile_rows) : R;
 #if TF_AMX
-    if constexpr (HELD) tiles_load4(O, D);
+      if constexpr (HELD) tiles_load4(O + rlo * D, D);
 #endif
-    for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
-      const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
-      const int npf = HELD ? 0 : (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S; HELD: pass 1 did)
-      if constexpr (FUSED) {
-        // V interleaved in registers by pv_bf16_fused
-      } else if (DOT)
-        pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
-      else if constexpr (BF16_IN)
-        pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Vb);
-      else
-        pack_v_f32(v + n0 * sh.vss, sh.vss, nk, npf, D, Vb);
-      for (int64_t r = 0; r < R; ++r) {
-        void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
-        exp_row<DOT>(Sc + r * LDS + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
-      }
-#if TF_AMX
-      if constexpr (HELD) {
-        pv_amx_held(reinterpret_cast<const uint16_t*>(P), reinterpret_cast<const uint32_t*>(Vb));
-        continue;
-      }
-      if (amx) {
-        for (int64_t r = 0; r < Rp; r += tile_rows)
-          pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
-        continue;
-      }
-#endif
-      if constexpr (FUSED) {
-        for (int64_t r = 0; r < R; r += 2 * RBMAX)
-          by_rows<PVbf16Fused, 1, 2 * RBMAX>((int)std::min<int64_t>(2 * RBMAX, R - r),
-                                 reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
-                                 reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r == 0, acc + r * D);
-        continue;
-      }
-      for (int64_t r = 0; r < R; r += RBMAX) {
-        int rb = (int)std::min<int64_t>(RBMAX, R - r);
-        if (DOT)
-          by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
-                          (const uint32_t*)reinterpret_cast<uint32_t*>(Vb), D, acc + r * D);
+      for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
+        const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
+        const int npf = HELD ? 0 : (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S; HELD: pass 1 did)
+        if constexpr (FUSED) {
+          // V interleaved in registers by pv_bf16_fused
+        } else if (DOT)
+          pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
+        else if constexpr (BF16_IN)
+          pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Vb);
         else
-          by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, acc + r * D);
-      }
-    }
+          pack_v_f32(v + n0 * sh.vss, sh.vss, nk, npf, D, Vb);
+        for (int64_t r = rlo; r < rhi; ++r) {
+          void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
+          exp_row<DOT>(Sc + r * LDS + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
+        }
 #if TF_AMX
-    if constexpr (HELD) tiles_store4(O, D);
+        if constexpr (HELD) {
+          pv_amx_held(reinterpret_cast<const uint16_t*>(P) + rlo * NB, reinterpret_cast<const uint32_t*>(Vb));
+          continue;
+        }
+        if (amx) {
+          for (int64_t r = 0; r < Rp; r += tile_rows)
+            pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
+          continue;
+        }
 #endif
+        if constexpr (FUSED) {
+          for (int64_t r = 0; r < R; r += 2 * RBMAX)
+            by_rows<PVbf16Fused, 1, 2 * RBMAX>((int)std::min<int64_t>(2 * RBMAX, R - r),
+                                   reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
+                                   reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r == 0, acc + r * D);
+          continue;
+        }
+        for (int64_t r = 0; r < R; r += RBMAX) {
+          int rb = (int)std::min<int64_t>(RBMAX, R - r);
+          if (DOT)
+            by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
+                            (const uint32_t*)reinterpret_cast<uint32_t*>(Vb), D, acc + r * D);
+          else
+            by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, acc + r * D);
+        }
+      }
+#if TF_AMX
+      if constexpr (HELD) tiles_store4(O + rlo * D, D);
+#endif
+    }
   }
 #if TF_AMX
   if (amx) {
@@ -813,32 +857,6 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
   }
 }
 
-// Items [0, n) in contiguous runs, one per thread; a thread that finishes its run takes items
-// from the back of another's. Each run is (next, end) packed in one atomic word.
-struct Runs {
-  std::vector<std::atomic<uint64_t>> runs;
-  Runs(int64_t n, int threads) : runs(threads) {
-    for (int i = 0; i < threads; ++i)
-      runs[i].store(pack(n * i / threads, n * (i + 1) / threads), std::memory_order_relaxed);
-  }
-  static uint64_t pack(int64_t lo, int64_t hi) { return (uint64_t)lo << 32 | (uint64_t)hi; }
-  // The next item for thread `me`, or -1 when every run is empty.
-  int64_t next(int me) {
-    const int n = (int)runs.size();
-    for (int i = 0; i < n; ++i) {
-      auto& run = runs[(me + i) % n];
-      uint64_t cur = run.load(std::memory_order_relaxed);
-      for (;;) {
-        int64_t lo = (int64_t)(cur >> 32), hi = (int64_t)(cur & 0xFFFFFFFFu);
-        if (lo >= hi) break;
-        uint64_t want = i == 0 ? pack(lo + 1, hi) : pack(lo, hi - 1);  // own: front; others: back
-        if (run.compare_exchange_weak(cur, want, std::memory_order_relaxed)) return i == 0 ? lo : hi - 1;
-      }
-    }
-    return -1;
-  }
-};
-
 bool dot_default() {
   if (const char* env = std::getenv("TRIFORCE_DOT_BF16")) return std::strcmp(env, "0") != 0;
   // Zen 4/5: vdpbf16ps at full rate; Intel with AMX: the products on tiles; Intel without: fma
@@ -880,12 +898,13 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   static const bool dot_auto = dot_default();
   const bool dot = fast && dot_bf16.value_or(dot_auto) && q.scalar_type() == at::kBFloat16;
   const bool amx = dot && amx_usable();   // the bf16 products on AMX tiles where there are some
-  // AMX decode/verify with more than one tile of rows (R > 16): row blocks of equal height <= 16,
-  // each a HELD item (run_item); a chunk's row blocks are consecutive items, so the later ones
-  // read K and V from L2. 30 layers at 32K, T = 6..16: 1.07-1.14x against two-tile items.
-  const bool held = amx && sh.D == 64;   // items of <= 16 rows take run_item<..., HELD>
-  const bool split_rows = !prefill && held && sh.R > 16;
-  const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + (sh.R + 15) / 16 - 1) / ((sh.R + 15) / 16) : sh.R;
+  // AMX decode/verify: items of up to 16 rows hold one row tile (HELD = 1), of 17-32 rows two
+  // (HELD = 2: one packing of K for both tiles); more rows (R > 32, T > 10 for G = 3) are split in
+  // row blocks of equal height <= 32, a chunk's blocks consecutive items, so the later ones read K
+  // and V from L2.
+  const bool held = amx && sh.D == 64;
+  const bool split_rows = !prefill && held && sh.R > 32;
+  const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + (sh.R + 31) / 32 - 1) / ((sh.R + 31) / 32) : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
   const auto dim = lane_dims(!fast ? Lanes::identity : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
@@ -936,7 +955,9 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
                 run_item<scalar_t, true, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, false);
 #if TF_AMX
               else if (held && nr <= 16)
-                run_item<scalar_t, true, false, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
+                run_item<scalar_t, true, false, 1>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
+              else if (held && nr <= 32)
+                run_item<scalar_t, true, false, 2>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
 #endif
               else if (dot)
                 run_item<scalar_t, true>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, amx);

@@ -1,0 +1,54 @@
+// Work units [0, n) shared by the OpenMP threads with stealing, for the attention kernel's items
+// and the packed linears' runs of blocks. Each thread owns a contiguous run of units (so its reads
+// are one stream the prefetchers follow) and, when done, takes units from the back of another
+// thread's run: a thread that a shared machine slows, or that gets less of the memory bandwidth,
+// delays the region by at most a unit instead of by the difference of two static halves.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+struct Runs {
+  std::vector<std::atomic<uint64_t>> runs;   // per thread: (next, end) packed in one atomic word
+  Runs(int64_t n, int threads) : runs(threads) {
+    for (int i = 0; i < threads; ++i)
+      runs[i].store(pack(n * i / threads, n * (i + 1) / threads), std::memory_order_relaxed);
+  }
+  static uint64_t pack(int64_t lo, int64_t hi) { return (uint64_t)lo << 32 | (uint64_t)hi; }
+  // The next unit for thread `me`, or -1 when every run is empty.
+  int64_t next(int me) {
+    const int n = (int)runs.size();
+    for (int i = 0; i < n; ++i) {
+      auto& run = runs[(me + i) % n];
+      uint64_t cur = run.load(std::memory_order_relaxed);
+      for (;;) {
+        int64_t lo = (int64_t)(cur >> 32), hi = (int64_t)(cur & 0xFFFFFFFFu);
+        if (lo >= hi) break;
+        uint64_t want = i == 0 ? pack(lo + 1, hi) : pack(lo, hi - 1);  // own: front; others: back
+        if (run.compare_exchange_weak(cur, want, std::memory_order_relaxed)) return i == 0 ? lo : hi - 1;
+      }
+    }
+    return -1;
+  }
+};
+
+// body(next) on each of up to `threads` threads, next() giving that thread's units until -1: a
+// thread sets up once (AMX tile configuration, scratch) and then takes units.
+template <typename Body>
+void parallel_runs(int64_t n, int threads, Body&& body) {
+  threads = (int)std::min<int64_t>(n, threads);
+  if (threads <= 1) {
+    int64_t u = 0;
+    body([&] { return u < n ? u++ : (int64_t)-1; });
+    return;
+  }
+  Runs runs(n, threads);
+  _Pragma("omp parallel num_threads(threads)") {
+    const int me = omp_get_thread_num();
+    body([&] { return runs.next(me); });
+  }
+}
