@@ -1,13 +1,9 @@
-// Work units [0, n) shared by the OpenMP threads with stealing, for the attention kernel's items
-// and the packed linears' runs of blocks. Each thread owns a contiguous run of units (so its reads
-// are one stream the prefetchers follow) and, when done, takes units from the back of another
-// thread's run: a thread that a shared machine slows, or that gets less of the memory bandwidth,
+// Work units [0, n) shared by threads with stealing (the attention kernel's items). Each thread
+// owns a contiguous run of units (so its reads are one stream the prefetchers follow) and, when
+// done, takes units from the back of another thread's run: a thread that a shared machine slows, or that gets less of the memory bandwidth,
 // delays the region by at most a unit instead of by the difference of two static halves.
 #pragma once
 
-#include <omp.h>
-
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -35,20 +31,3 @@ struct Runs {
     return -1;
   }
 };
-
-// body(next) on each of up to `threads` threads, next() giving that thread's units until -1: a
-// thread sets up once (AMX tile configuration, scratch) and then takes units.
-template <typename Body>
-void parallel_runs(int64_t n, int threads, Body&& body) {
-  threads = (int)std::min<int64_t>(n, threads);
-  if (threads <= 1) {
-    int64_t u = 0;
-    body([&] { return u < n ? u++ : (int64_t)-1; });
-    return;
-  }
-  Runs runs(n, threads);
-  _Pragma("omp parallel num_threads(threads)") {
-    const int me = omp_get_thread_num();
-    body([&] { return runs.next(me); });
-  }
-}
