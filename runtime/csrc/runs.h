@@ -1,7 +1,8 @@
 // Work units [0, n) shared by threads with stealing (the attention kernel's items). Each thread
 // owns a contiguous run of units (so its reads are one stream the prefetchers follow) and, when
-// done, takes units from the back of another thread's run: a thread that a shared machine slows, or that gets less of the memory bandwidth,
-// delays the region by at most a unit instead of by the difference of two static halves.
+// done, takes units from the back of another thread's run: a thread that a shared machine slows,
+// or that gets less of the memory bandwidth, delays the region by at most a unit instead of by the
+// difference of two static halves.
 #pragma once
 
 #include <atomic>
