@@ -81,6 +81,7 @@ constexpr int64_t LDS = CHUNK + 16;  // floats between score rows (a multiple of
 constexpr int FUSED_ROWS = 48;   // decode items of up to this many rows never store a packed V block
                                  // (pv_bf16_fused): attention 1.06-1.20x at T = 1..8, 7K-32K, Zen 4
 constexpr int ROWS_SPLIT = 256;   // more query rows than this (G*T, prefill): split rows, not keys
+constexpr int HELD_ROWS = 32;     // AMX decode/verify items hold at most two row tiles of 16 (run_item's HELD)
 constexpr int PREFILL_ROWS = 192; // rows per prefill work item (multiple of the 6-row tile and of 16): 12% faster
                                   // than 96 at 32K on AMX (K/V packed once for twice the rows), 288 no better
 // Software prefetch, per CPU: on Zen 5 (AMD family 1Ah) the NTA hint 64 keys ahead of the block
@@ -416,6 +417,12 @@ inline void qk_amx_held2(const uint16_t* Q, int64_t tile_rows, const uint32_t* K
     _tile_loadd(5, Q1 + 32 * h, D * 2); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
   }
 }
+
+// qk_amx_held2's score tile t (of the 32 keys from column `at`) into the scores Sc (rows LDS apart).
+// Inlined by force: as a lambda GCC left it out of line, 7% slower at T = 6..8.
+TF_INLINE void store_held2(int t, float* Sc, int64_t tile_rows, int64_t at) {
+  tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + at + 16 * (t & 1), LDS);
+}
 #endif
 
 // ---- fma: fp32 (and fp16, bf16 widened) packing and products ---------------------------------
@@ -694,14 +701,13 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         const auto* kb = reinterpret_cast<const uint16_t*>(k + n0 * sh.kss);
         const auto* vrow = reinterpret_cast<const uint16_t*>(v + n0 * sh.vss);
         if constexpr (HELD == 2) {   // per 16 keys packed, two stores: the previous sub-block's, then this block's first
-          const auto* Q = reinterpret_cast<const uint16_t*>(Qf);
-          const auto* kp = reinterpret_cast<const uint32_t*>(Kp);
           const int64_t off = n0 - cc0;   // this block's scores in Sc
-          auto out = [&](int t, int64_t at) { tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + at + 16 * (t & 1), LDS); };
           pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), [&](int g) {
-            if (g < 2 && n0 > cc0) out(2 * g, off - 32), out(2 * g + 1, off - 32);   // the previous block's keys 32-63
-            if (g == 1) qk_amx_held2(Q, tile_rows, kp, 0);                            // keys 0-31 are packed
-            if (g >= 2) out(2 * g - 4, off), out(2 * g - 3, off);
+            if (g < 2 && n0 > cc0)   // the previous block's keys 32-63
+              store_held2(2 * g, Sc, tile_rows, off - 32), store_held2(2 * g + 1, Sc, tile_rows, off - 32);
+            if (g == 1)                                                                                // keys 0-31 are packed
+              qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 0);
+            if (g >= 2) store_held2(2 * g - 4, Sc, tile_rows, off), store_held2(2 * g - 3, Sc, tile_rows, off);
           }, vrow, sh.vss);
         } else if (n0 > cc0) {
           float* prev = Sc + (n0 - NB - cc0);
@@ -725,7 +731,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       if constexpr (HELD == 2) {   // keys 32-63 into tmm0..3, stored while the next block is packed
         qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 1);
         if (n0 + NB >= cc1)
-          for (int t = 0; t < 4; ++t) tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + (n0 - cc0) + 32 + 16 * (t & 1), LDS);
+          for (int t = 0; t < 4; ++t) store_held2(t, Sc, tile_rows, n0 - cc0 + 32);
         continue;
       }
       if constexpr (HELD) {   // the previous block's scores went out while this block was packed
@@ -903,8 +909,9 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   // row blocks of equal height <= 32, a chunk's blocks consecutive items, so the later ones read K
   // and V from L2.
   const bool held = amx && sh.D == 64;
-  const bool split_rows = !prefill && held && sh.R > 32;
-  const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + (sh.R + 31) / 32 - 1) / ((sh.R + 31) / 32) : sh.R;
+  const bool split_rows = !prefill && held && sh.R > HELD_ROWS;
+  const int64_t held_blocks = (sh.R + HELD_ROWS - 1) / HELD_ROWS;
+  const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + held_blocks - 1) / held_blocks : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
   const auto dim = lane_dims(!fast ? Lanes::identity : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
@@ -956,7 +963,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
 #if TF_AMX
               else if (held && nr <= 16)
                 run_item<scalar_t, true, false, 1>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
-              else if (held && nr <= 32)
+              else if (held && nr <= HELD_ROWS)
                 run_item<scalar_t, true, false, 2>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc, true);
 #endif
               else if (dot)
