@@ -419,7 +419,6 @@ inline void qk_amx_held2(const uint16_t* Q, int64_t tile_rows, const uint32_t* K
 }
 
 // qk_amx_held2's score tile t (of the 32 keys from column `at`) into the scores Sc (rows LDS apart).
-// Inlined by force: as a lambda GCC left it out of line, 7% slower at T = 6..8.
 TF_INLINE void store_held2(int t, float* Sc, int64_t tile_rows, int64_t at) {
   tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + at + 16 * (t & 1), LDS);
 }
@@ -705,7 +704,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
           pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), [&](int g) {
             if (g < 2 && n0 > cc0)   // the previous block's keys 32-63
               store_held2(2 * g, Sc, tile_rows, off - 32), store_held2(2 * g + 1, Sc, tile_rows, off - 32);
-            if (g == 1)                                                                                // keys 0-31 are packed
+            if (g == 1)   // keys 0-31 are packed
               qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 0);
             if (g >= 2) store_held2(2 * g - 4, Sc, tile_rows, off), store_held2(2 * g - 3, Sc, tile_rows, off);
           }, vrow, sh.vss);
