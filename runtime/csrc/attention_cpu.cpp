@@ -102,10 +102,13 @@ struct Shape {
   float c;                               // scale * log2(e): scores in log2 units
 };
 
-// A grow-only scratch buffer of floats, one per thread (OpenMP threads persist across calls).
+// A grow-only scratch buffer of floats, one per thread (OpenMP threads persist across calls),
+// 64-byte aligned: the packed blocks, scores and outputs are tile operands of 64-byte rows, and
+// vector's own 16-byte alignment made every row load or store span two cache lines in some
+// processes and not in others (the same build ran 7-25% slower or faster by chance).
 float* scratch(std::vector<float>& buf, size_t n) {
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
+  if (buf.size() < n + 16) buf.resize(n + 16);
+  return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
 }
 
 // Order of the D accumulator lanes the products leave (undone when rows are written out).
@@ -418,6 +421,31 @@ inline void qk_amx_held2(const uint16_t* Q, int64_t tile_rows, const uint32_t* K
   }
 }
 
+// One-tile items (HELD == 1) take K as the left operand as it lies in the cache: a tile of 16 keys x
+// 32 dims is 16 rows of 64 bytes, kss apart, so K is never packed. The right operand is Q^T (Qt,
+// tmm4/tmm5: 16 units x up to 16 query columns, zero past R), and tile g (tmm g) gets keys 16g..16g+15
+// of a block against every row: Ct[key][r]. Each score sums the same two products in the same order
+// as qk_amx_held's (units 0-15, then 16-31), so the bits are the same. All tiles are 16 x 64 bytes
+// here (amx_begin(16, 8)); the P.V pass reconfigures them.
+inline void qk_amx_keys(const uint16_t* K, int64_t ldk, int g) {   // tmm g = K[16 keys][64] . Qt
+  _tile_loadd(6, K, ldk * 2);
+  _tile_loadd(7, K + 32, ldk * 2);
+  switch (g) {
+    case 0: _tile_zero(0); _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(0, 7, 5); break;
+    case 1: _tile_zero(1); _tile_dpbf16ps(1, 6, 4); _tile_dpbf16ps(1, 7, 5); break;
+    case 2: _tile_zero(2); _tile_dpbf16ps(2, 6, 4); _tile_dpbf16ps(2, 7, 5); break;
+    default: _tile_zero(3); _tile_dpbf16ps(3, 6, 4); _tile_dpbf16ps(3, 7, 5); break;
+  }
+}
+
+// Ct [16 keys][16] (a stored tile of qk_amx_keys) -> Sc rows r < R, 16 keys each (rows LDS apart).
+TF_INLINE void scores_from_keys(const float* Ct, float* Sc, int64_t R) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(Ct + 16 * i);
+  transpose16(r);
+  for (int64_t j = 0; j < R; ++j) _mm512_storeu_si512(Sc + j * LDS, r[j]);
+}
+
 // qk_amx_held2's score tile t (of the 32 keys from column `at`) into the scores Sc (rows LDS apart).
 TF_INLINE void store_held2(int t, float* Sc, int64_t tile_rows, int64_t at) {
   tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + at + 16 * (t & 1), LDS);
@@ -659,6 +687,11 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   float* Kp = scratch(buf, 2 * D * NB + Rp * LDS + Rp * NB + R * 16 + 2 * Rp * D);
   float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
   float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
+  // HELD == 1 packs no K: Kp's room holds Qt [2][16 units][16 columns], the stored score tiles Ct
+  // [4][16 keys][16] and a zero-padded copy Kz of a partial block [NB][D] (512 + 1024 + NB * D / 2 floats)
+  uint32_t* Qt = reinterpret_cast<uint32_t*>(Kp);
+  float* Ct = Kp + 512;
+  uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 1536);
   static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
   static_assert(HELD >= 0 && HELD <= 2, "HELD: 0, or the row tiles of a held item (1 or 2)");
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
@@ -677,6 +710,12 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(O, O + Rp * D, 0.f);
+  if constexpr (HELD == 1) {   // Qt[h][u][r] = unit 16h + u of query row r (zero past R)
+    const auto* Q32 = reinterpret_cast<const uint32_t*>(Qf);
+    for (int h = 0; h < 2; ++h)
+      for (int u = 0; u < 16; ++u)
+        for (int r = 0; r < 16; ++r) Qt[(16 * h + u) * 16 + r] = r < R ? Q32[r * (D / 2) + 16 * h + u] : 0u;
+  }
 #if TF_AMX
   if (amx) amx_begin((int)tile_rows, HELD ? 6 : 5);
 #endif
@@ -686,9 +725,10 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     cc1 = std::min<int64_t>(chunk_begin(chunk_of(cc0) + 1), c1);
     // pass 1: raw scores Sc[r][n - cc0]
 #if TF_AMX
-    if constexpr (HELD == 1) {
-      _tile_loadd(4, Qf, D * 2);
-      _tile_loadd(5, reinterpret_cast<const uint16_t*>(Qf) + 32, D * 2);
+    if constexpr (HELD == 1) {   // Qt in tmm4/tmm5 (built below, before the first chunk)
+      amx_begin(16, 8);
+      _tile_loadd(4, Qt, 64);
+      _tile_loadd(5, Qt + 256, 64);
     }
 #endif
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
@@ -708,12 +748,23 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
               qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 0);
             if (g >= 2) store_held2(2 * g - 4, Sc, tile_rows, off), store_held2(2 * g - 3, Sc, tile_rows, off);
           }, vrow, sh.vss);
-        } else if (n0 > cc0) {
-          float* prev = Sc + (n0 - NB - cc0);
-          pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp),
-                            [prev](int g) { tile_store(g, prev + 16 * g, LDS); }, vrow, sh.vss);
-        } else {
-          pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), NoHook{}, vrow, sh.vss);
+        } else {   // HELD == 1: per 16 keys, the previous block's tile g out, this block's in
+          const uint16_t* kt = kb;
+          int64_t ldk = sh.kss;
+          if (nk < NB) {   // a chunk's last, partial block: its rows into a zero-padded copy
+            std::memset(Kz, 0, NB * D * 2);
+            for (int n = 0; n < nk; ++n) std::memcpy(Kz + n * D, kb + n * sh.kss, D * 2);
+            kt = Kz, ldk = D;
+          }
+          for (int g = 0; g < NB / 16; ++g) {
+            for (int i = 16 * g; i < 16 * g + 16; ++i) {
+              if (i < npf) prefetch_line(kb + (i + PF_KEYS) * sh.kss), prefetch_line(kb + (i + PF_KEYS) * sh.kss + 32);
+              if (i < nk) prefetch_line(vrow + i * sh.vss), prefetch_line(vrow + i * sh.vss + 32);
+            }
+            if (n0 > cc0) tile_store(g, Ct + 256 * g, 16);
+            qk_amx_keys(kt + 16 * g * ldk, ldk, g);
+            if (n0 > cc0) scores_from_keys(Ct + 256 * g, Sc + (n0 - NB - cc0) + 16 * g, R);
+          }
         }
 #endif
       } else if (DOT)
@@ -733,9 +784,12 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
           for (int t = 0; t < 4; ++t) store_held2(t, Sc, tile_rows, n0 - cc0 + 32);
         continue;
       }
-      if constexpr (HELD) {   // the previous block's scores went out while this block was packed
-        qk_amx_held(reinterpret_cast<const uint32_t*>(Kp));
-        if (n0 + NB >= cc1) tiles_store4(Sc + (n0 - cc0), LDS);
+      if constexpr (HELD) {   // the previous block's scores went out while this block's came in
+        if (n0 + NB >= cc1)
+          for (int g = 0; g < NB / 16; ++g) {
+            tile_store(g, Ct + 256 * g, 16);
+            scores_from_keys(Ct + 256 * g, Sc + (n0 - cc0) + 16 * g, R);
+          }
         continue;
       }
       if (amx) {
@@ -771,6 +825,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     for (int64_t rlo = 0, rhi; rlo < R; rlo = rhi) {
       rhi = HELD == 2 ? std::min(R, rlo + tile_rows) : R;
 #if TF_AMX
+      if constexpr (HELD == 1) amx_begin((int)tile_rows, 6);
       if constexpr (HELD) tiles_load4(O + rlo * D, D);
 #endif
       for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {

@@ -208,9 +208,7 @@ void packed_rows(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wb, 
 void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, int64_t K, const float* bias,
                 at::BFloat16* y, int64_t O, int64_t begin, int64_t end) {
   const int64_t tiles = (N + 15) / 16, rows = (N + tiles - 1) / tiles, bstride = K * 16;
-  thread_local std::vector<float> buf;
-  if (buf.size() < (size_t)(16 * 64)) buf.resize(16 * 64);
-  float* c = buf.data();
+  alignas(64) thread_local float c[16 * 64];   // the result tiles' rows, one cache line each
   amx_begin((int)rows);
   for (int64_t b = begin; b < end; b += 4) {
     const uint16_t* wb = wp + b * bstride;
