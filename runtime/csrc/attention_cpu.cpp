@@ -27,8 +27,10 @@
 //           packed blocks are its operands as they are: qk_amx, pv_amx), else on vdpbf16ps
 //           (avx512_bf16, 32 MACs per instruction) register tiles as fma's. Decode items of up
 //           to FUSED_ROWS rows interleave V's key pairs in registers inside the P.V product
-//           instead of storing a packed block (pv_bf16_fused); K is always packed (transposed)
-//           once per block, which every row tile then reads.
+//           instead of storing a packed block (pv_bf16_fused); K is packed (transposed) once
+//           per block, which every row tile then reads, except in held AMX items (decode and
+//           verify, up to 32 rows), where K's rows are the left tile operand as they lie and the
+//           score tiles come out transposed (qk_amx_keys).
 //   Which is faster depends on the CPU: on the 2-core Xeon this began on (no AMX), vdpbf16ps
 //   retired 0.65 G/s per core against 3 G/s for vfmadd (fma faster); on the 2-core EPYC (Zen 5,
 //   family 1Ah) vdpbf16ps runs 1.3-1.6x faster than fma at T >= 2 and ~1.25x at T = 1; on a
@@ -177,37 +179,28 @@ TF_INLINE void prefetch_line(const void* p) {
 // ---- dot (vdpbf16ps): packing ---------------------------------------------------------------
 // Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
 // FULL: nk = npf = NB (every block but a chunk's last ones), so the loop has no branches.
-// Held items (HELD, AMX): after(g) runs once group g's 16 keys are packed (the previous block's
-// score tile g is stored there), and the block's own V rows are prefetched with its K rows
-// (VROWS: vrow, vss), so the P.V pass reads V from L2 (T = 1..5 at 32K: 6-9% faster on the Xeon).
-struct NoHook { TF_INLINE void operator()(int) const {} };
-template <bool FULL, bool VROWS, typename After>
-TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp, After after,
-                             const uint16_t* vrow, int64_t vss) {
+template <bool FULL>
+TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
         if (FULL || n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
-        if (VROWS && (FULL || n < nk)) prefetch_line(vrow + n * vss + 32 * h);
         r[i] = FULL || n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
       for (int j = 0; j < 16; ++j) _mm512_storeu_si512(Kp + (16 * h + j) * NB + 16 * g, r[j]);
     }
-    after(g);
   }
 }
 
 // Full blocks without branches: 4-5% faster attention at T = 1, 8K, on the Zen 4 (round 11).
-template <bool VROWS = false, typename After = NoHook>
-TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp, After after = {},
-                           const uint16_t* vrow = nullptr, int64_t vss = 0) {   // VROWS, vrow: see pack_k_bf16_t
+TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   if (nk == NB && npf == NB)
-    pack_k_bf16_t<true, VROWS>(k, kss, nk, npf, D, Kp, after, vrow, vss);
+    pack_k_bf16_t<true>(k, kss, nk, npf, D, Kp);
   else
-    pack_k_bf16_t<false, VROWS>(k, kss, nk, npf, D, Kp, after, vrow, vss);
+    pack_k_bf16_t<false>(k, kss, nk, npf, D, Kp);
 }
 
 // Keys 2np and 2np + 1, dims [32c, 32c + 32), as vdpbf16ps P.V takes them: pairs (V[2np][d],
@@ -361,27 +354,48 @@ inline void pv_amx(const uint16_t* P, const uint32_t* Vp, int64_t D, float* O) {
   }
 }
 
-// HELD items (AMX, one row tile, D = 64: decode and verify passes of up to 16 rows; HELD == 2
-// items, two tiles, below) keep their operands in tiles (amx_begin(rows, 6)): Q's two halves in tmm4/tmm5 through a chunk's score
-// pass, the output's four column tiles in tmm0..3 through its P.V pass. Why (2-core Xeon, round
-// 13): tile stores in a burst stall this core's memory stream far beyond their own cost. A
-// streaming loop over 30 layers of 32K KV with the tile work of a block per 64 rows took 25 ms
-// with no tile stores, 41-49 ms with four stores per block in a burst, 30 ms with the same four
-// spread one per 16 rows. So a block's score tiles are stored while the next block is packed,
-// one per 16 keys (pack_k_bf16's after hook), and O once per chunk instead of loaded and stored
-// every block. Each accumulator sees the same products in the same order as qk_amx / pv_amx:
-// the same bits.
-inline void qk_amx_held(const uint32_t* Kp) {   // scores of one block into tmm0..3 (keys 0-15, ..., 48-63)
-  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-  _tile_loadd(6, Kp, NB * 4);      _tile_dpbf16ps(0, 4, 6);   // units 0-15 (Q in tmm4)
-  _tile_loadd(7, Kp + 16, NB * 4); _tile_dpbf16ps(1, 4, 7);
-  _tile_loadd(6, Kp + 32, NB * 4); _tile_dpbf16ps(2, 4, 6);
-  _tile_loadd(7, Kp + 48, NB * 4); _tile_dpbf16ps(3, 4, 7);
-  const uint32_t* K1 = Kp + 16 * NB;                          // units 16-31 (tmm5)
-  _tile_loadd(6, K1, NB * 4);      _tile_dpbf16ps(0, 5, 6);
-  _tile_loadd(7, K1 + 16, NB * 4); _tile_dpbf16ps(1, 5, 7);
-  _tile_loadd(6, K1 + 32, NB * 4); _tile_dpbf16ps(2, 5, 6);
-  _tile_loadd(7, K1 + 48, NB * 4); _tile_dpbf16ps(3, 5, 7);
+// Held items (AMX, D = 64: decode and verify passes of up to 32 rows, HELD = their row tiles, 1
+// or 2) keep their operands in tiles. Why (2-core Xeon, round 13): tile stores in a burst stall
+// this core's memory stream far beyond their own cost. A streaming loop over 30 layers of 32K KV
+// with the tile work of a block per 64 rows took 25 ms with no tile stores, 41-49 ms with four
+// stores per block in a burst, 30 ms with the same four spread one per 16 rows. So the score
+// tiles go out one or two per 16 keys, each while later products run, and the P.V pass holds the
+// output's four column tiles in tmm0..3 through a chunk (one row tile after the other).
+//
+// Scores: K is the left operand as it lies in the cache, never packed: a tile of 16 keys x 32
+// dims is 16 rows of 64 bytes, kss apart. The right operand is Q^T (Qt: 16 units x 16 query
+// columns, zero past R; for HELD == 2 a second column group holds rows 16..31). A score tile is
+// Ct[16 keys][16 rows], turned into the rows of Sc by a 16 x 16 transpose (scores_from_keys).
+// Each score sums the same two products (units 0-15, then 16-31) in the same order as a product
+// with Q on the left and packed K on the right (qk_amx), so the bits are those of every other
+// item. Against packing K (round 15's kernel, the same run): 30 layers at T = 1..5, 1.05-1.10x.
+// All tiles are 16 x 64 bytes in the score pass (amx_begin(16, 8)); the P.V pass reconfigures.
+inline void qk_amx_keys(const uint16_t* K, int64_t ldk, int g) {   // HELD == 1: tmm g = K[16 keys][64] . Qt (tmm4/5)
+  _tile_loadd(6, K, ldk * 2);
+  _tile_loadd(7, K + 32, ldk * 2);
+  switch (g) {
+    case 0: _tile_zero(0); _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(0, 7, 5); break;
+    case 1: _tile_zero(1); _tile_dpbf16ps(1, 6, 4); _tile_dpbf16ps(1, 7, 5); break;
+    case 2: _tile_zero(2); _tile_dpbf16ps(2, 6, 4); _tile_dpbf16ps(2, 7, 5); break;
+    default: _tile_zero(3); _tile_dpbf16ps(3, 6, 4); _tile_dpbf16ps(3, 7, 5); break;
+  }
+}
+
+// HELD == 2: tmm0 = K[16 keys][64] . Qt of rows 0-15 (tmm2/3), tmm1 = the same keys . rows 16-31 (tmm4/5)
+inline void qk_amx_keys2(const uint16_t* K, int64_t ldk) {
+  _tile_loadd(6, K, ldk * 2);
+  _tile_loadd(7, K + 32, ldk * 2);
+  _tile_zero(0); _tile_zero(1);
+  _tile_dpbf16ps(0, 6, 2); _tile_dpbf16ps(1, 6, 4);
+  _tile_dpbf16ps(0, 7, 3); _tile_dpbf16ps(1, 7, 5);
+}
+
+// Ct [16 keys][16] (a stored score tile) -> Sc rows j < R (at most 16), 16 keys each (rows LDS apart).
+TF_INLINE void scores_from_keys(const float* Ct, float* Sc, int64_t R) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(Ct + 16 * i);
+  transpose16(r);
+  for (int64_t j = 0; j < R; ++j) _mm512_storeu_si512(Sc + j * LDS, r[j]);
 }
 
 inline void pv_amx_held(const uint16_t* P, const uint32_t* Vp) {   // tmm0..3 += P . V over one block
@@ -399,57 +413,6 @@ inline void pv_amx_held(const uint16_t* P, const uint32_t* Vp) {   // tmm0..3 +=
   _tile_loadd(7, V1 + 48, D * 4); _tile_dpbf16ps(3, 5, 7);
 }
 
-// Items of two row tiles (HELD == 2: 17-32 rows, verify passes of T = 6..10 for G = 3) share one
-// packing of K for both tiles: the scores of 32 keys at a time, sub-block s of a packed block, into
-// tmm0/tmm1 (tile 0's rows; keys +0-15, +16-31) and tmm2/tmm3 (tile 1's), Q's halves loaded from L1
-// (tmm4/tmm5). Each score tile sums the same two products in the same order as qk_amx_held's. Sub-
-// block 0's products run once its 32 keys are packed and its tiles are stored while the rest of the
-// block is packed; sub-block 1's while the next block is (two stores per 16 keys packed). The P.V
-// pass then runs per tile, each holding its output in tmm0..3 (8 tiles would not fit), the second
-// reading V from L2. Against two one-tile items (K packed twice), 30 layers at T = 6..10: 1.15-1.18x
-// at 7.2K and 32K on the Xeon of round 15.
-inline void qk_amx_held2(const uint16_t* Q, int64_t tile_rows, const uint32_t* Kp, int s) {
-  constexpr int64_t D = 64;
-  const uint16_t* Q1 = Q + tile_rows * D;
-  const uint32_t* K = Kp + 32 * s;
-  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-  for (int h = 0; h < 2; ++h) {   // units 16h .. 16h + 15 (dims 32h .. 32h + 31)
-    _tile_loadd(6, K + 16 * h * NB, NB * 4);
-    _tile_loadd(7, K + 16 * h * NB + 16, NB * 4);
-    _tile_loadd(4, Q + 32 * h, D * 2);  _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, Q1 + 32 * h, D * 2); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
-  }
-}
-
-// One-tile items (HELD == 1) take K as the left operand as it lies in the cache: a tile of 16 keys x
-// 32 dims is 16 rows of 64 bytes, kss apart, so K is never packed. The right operand is Q^T (Qt,
-// tmm4/tmm5: 16 units x up to 16 query columns, zero past R), and tile g (tmm g) gets keys 16g..16g+15
-// of a block against every row: Ct[key][r]. Each score sums the same two products in the same order
-// as qk_amx_held's (units 0-15, then 16-31), so the bits are the same. All tiles are 16 x 64 bytes
-// here (amx_begin(16, 8)); the P.V pass reconfigures them.
-inline void qk_amx_keys(const uint16_t* K, int64_t ldk, int g) {   // tmm g = K[16 keys][64] . Qt
-  _tile_loadd(6, K, ldk * 2);
-  _tile_loadd(7, K + 32, ldk * 2);
-  switch (g) {
-    case 0: _tile_zero(0); _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(0, 7, 5); break;
-    case 1: _tile_zero(1); _tile_dpbf16ps(1, 6, 4); _tile_dpbf16ps(1, 7, 5); break;
-    case 2: _tile_zero(2); _tile_dpbf16ps(2, 6, 4); _tile_dpbf16ps(2, 7, 5); break;
-    default: _tile_zero(3); _tile_dpbf16ps(3, 6, 4); _tile_dpbf16ps(3, 7, 5); break;
-  }
-}
-
-// Ct [16 keys][16] (a stored tile of qk_amx_keys) -> Sc rows r < R, 16 keys each (rows LDS apart).
-TF_INLINE void scores_from_keys(const float* Ct, float* Sc, int64_t R) {
-  __m512i r[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(Ct + 16 * i);
-  transpose16(r);
-  for (int64_t j = 0; j < R; ++j) _mm512_storeu_si512(Sc + j * LDS, r[j]);
-}
-
-// qk_amx_held2's score tile t (of the 32 keys from column `at`) into the scores Sc (rows LDS apart).
-TF_INLINE void store_held2(int t, float* Sc, int64_t tile_rows, int64_t at) {
-  tile_store(t, Sc + (t >= 2 ? tile_rows * LDS : 0) + at + 16 * (t & 1), LDS);
-}
 #endif
 
 // ---- fma: fp32 (and fp16, bf16 widened) packing and products ---------------------------------
@@ -687,11 +650,11 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   float* Kp = scratch(buf, 2 * D * NB + Rp * LDS + Rp * NB + R * 16 + 2 * Rp * D);
   float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
   float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
-  // HELD == 1 packs no K: Kp's room holds Qt [2][16 units][16 columns], the stored score tiles Ct
-  // [4][16 keys][16] and a zero-padded copy Kz of a partial block [NB][D] (512 + 1024 + NB * D / 2 floats)
+  // Held items pack no K: Kp's room (D * NB = 4,096 floats) holds Qt [HELD][2 halves][16 units][16
+  // columns], the stored score tiles Ct (up to 4 x 16 x 16) and a zero-padded copy Kz of a partial block [NB][D]
   uint32_t* Qt = reinterpret_cast<uint32_t*>(Kp);
-  float* Ct = Kp + 512;
-  uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 1536);
+  float* Ct = Kp + 1024;
+  uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 2048);
   static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
   static_assert(HELD >= 0 && HELD <= 2, "HELD: 0, or the row tiles of a held item (1 or 2)");
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
@@ -710,11 +673,13 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
   std::fill(O, O + Rp * D, 0.f);
-  if constexpr (HELD == 1) {   // Qt[h][u][r] = unit 16h + u of query row r (zero past R)
+  if constexpr (HELD > 0) {   // Qt[c][h][u][j] = unit 16h + u of query row 16c + j (zero past R)
     const auto* Q32 = reinterpret_cast<const uint32_t*>(Qf);
-    for (int h = 0; h < 2; ++h)
-      for (int u = 0; u < 16; ++u)
-        for (int r = 0; r < 16; ++r) Qt[(16 * h + u) * 16 + r] = r < R ? Q32[r * (D / 2) + 16 * h + u] : 0u;
+    for (int c = 0; c < HELD; ++c)
+      for (int h = 0; h < 2; ++h)
+        for (int u = 0; u < 16; ++u)
+          for (int j = 0; j < 16; ++j)
+            Qt[((2 * c + h) * 16 + u) * 16 + j] = 16 * c + j < R ? Q32[(16 * c + j) * (D / 2) + 16 * h + u] : 0u;
   }
 #if TF_AMX
   if (amx) amx_begin((int)tile_rows, HELD ? 6 : 5);
@@ -725,11 +690,16 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     cc1 = std::min<int64_t>(chunk_begin(chunk_of(cc0) + 1), c1);
     // pass 1: raw scores Sc[r][n - cc0]
 #if TF_AMX
-    if constexpr (HELD == 1) {   // Qt in tmm4/tmm5 (built below, before the first chunk)
+    if constexpr (HELD) {   // Qt: tmm4/5 (HELD == 1), tmm2..5 (HELD == 2)
       amx_begin(16, 8);
-      _tile_loadd(4, Qt, 64);
-      _tile_loadd(5, Qt + 256, 64);
+      if constexpr (HELD == 2) {
+        _tile_loadd(2, Qt, 64);
+        _tile_loadd(3, Qt + 256, 64);
+      }
+      _tile_loadd(4, Qt + 256 * (2 * HELD - 2), 64);
+      _tile_loadd(5, Qt + 256 * (2 * HELD - 1), 64);
     }
+    [[maybe_unused]] int64_t pending = -1;   // HELD == 2: where in Sc the score tiles in tmm0/1 go (-1: none)
 #endif
     for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
       const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
@@ -739,16 +709,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
 #if TF_AMX
         const auto* kb = reinterpret_cast<const uint16_t*>(k + n0 * sh.kss);
         const auto* vrow = reinterpret_cast<const uint16_t*>(v + n0 * sh.vss);
-        if constexpr (HELD == 2) {   // per 16 keys packed, two stores: the previous sub-block's, then this block's first
-          const int64_t off = n0 - cc0;   // this block's scores in Sc
-          pack_k_bf16<true>(kb, sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), [&](int g) {
-            if (g < 2 && n0 > cc0)   // the previous block's keys 32-63
-              store_held2(2 * g, Sc, tile_rows, off - 32), store_held2(2 * g + 1, Sc, tile_rows, off - 32);
-            if (g == 1)   // keys 0-31 are packed
-              qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 0);
-            if (g >= 2) store_held2(2 * g - 4, Sc, tile_rows, off), store_held2(2 * g - 3, Sc, tile_rows, off);
-          }, vrow, sh.vss);
-        } else {   // HELD == 1: per 16 keys, the previous block's tile g out, this block's in
+        {   // per 16 keys: the previous score tile(s) out, this group's products in
           const uint16_t* kt = kb;
           int64_t ldk = sh.kss;
           if (nk < NB) {   // a chunk's last, partial block: its rows into a zero-padded copy
@@ -761,9 +722,16 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
               if (i < npf) prefetch_line(kb + (i + PF_KEYS) * sh.kss), prefetch_line(kb + (i + PF_KEYS) * sh.kss + 32);
               if (i < nk) prefetch_line(vrow + i * sh.vss), prefetch_line(vrow + i * sh.vss + 32);
             }
-            if (n0 > cc0) tile_store(g, Ct + 256 * g, 16);
-            qk_amx_keys(kt + 16 * g * ldk, ldk, g);
-            if (n0 > cc0) scores_from_keys(Ct + 256 * g, Sc + (n0 - NB - cc0) + 16 * g, R);
+            if constexpr (HELD == 1) {   // tile g holds the previous block's keys 16g..16g+15
+              if (n0 > cc0) tile_store(g, Ct + 256 * g, 16);
+              qk_amx_keys(kt + 16 * g * ldk, ldk, g);
+              if (n0 > cc0) scores_from_keys(Ct + 256 * g, Sc + (n0 - NB - cc0) + 16 * g, R);
+            } else {                     // tmm0/1 hold the previous group's 16 keys
+              if (pending >= 0) tile_store(0, Ct, 16), tile_store(1, Ct + 256, 16);
+              qk_amx_keys2(kt + 16 * g * ldk, ldk);
+              if (pending >= 0) scores_from_keys(Ct, Sc + pending, 16), scores_from_keys(Ct + 256, Sc + 16 * LDS + pending, R - 16);
+              pending = n0 - cc0 + 16 * g;
+            }
           }
         }
 #endif
@@ -778,10 +746,11 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
           for (int64_t x = 0; x < D * (int64_t)sizeof(scalar_t); x += 64)
             prefetch_line(reinterpret_cast<const char*>(v + n * sh.vss) + x);
 #if TF_AMX
-      if constexpr (HELD == 2) {   // keys 32-63 into tmm0..3, stored while the next block is packed
-        qk_amx_held2(reinterpret_cast<const uint16_t*>(Qf), tile_rows, reinterpret_cast<const uint32_t*>(Kp), 1);
-        if (n0 + NB >= cc1)
-          for (int t = 0; t < 4; ++t) store_held2(t, Sc, tile_rows, n0 - cc0 + 32);
+      if constexpr (HELD == 2) {   // the chunk's last 16 keys
+        if (n0 + NB >= cc1) {
+          tile_store(0, Ct, 16), tile_store(1, Ct + 256, 16);
+          scores_from_keys(Ct, Sc + pending, 16), scores_from_keys(Ct + 256, Sc + 16 * LDS + pending, R - 16);
+        }
         continue;
       }
       if constexpr (HELD) {   // the previous block's scores went out while this block's came in
@@ -825,8 +794,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
     for (int64_t rlo = 0, rhi; rlo < R; rlo = rhi) {
       rhi = HELD == 2 ? std::min(R, rlo + tile_rows) : R;
 #if TF_AMX
-      if constexpr (HELD == 1) amx_begin((int)tile_rows, 6);
-      if constexpr (HELD) tiles_load4(O + rlo * D, D);
+      if constexpr (HELD) amx_begin((int)tile_rows, 6), tiles_load4(O + rlo * D, D);
 #endif
       for (int64_t n0 = cc0; n0 < cc1; n0 += NB) {
         const int nk = (int)std::min<int64_t>(NB, cc1 - n0);
@@ -959,7 +927,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   const bool dot = fast && dot_bf16.value_or(dot_auto) && q.scalar_type() == at::kBFloat16;
   const bool amx = dot && amx_usable();   // the bf16 products on AMX tiles where there are some
   // AMX decode/verify: items of up to 16 rows hold one row tile (HELD = 1), of 17-32 rows two
-  // (HELD = 2: one packing of K for both tiles); more rows (R > 32, T > 10 for G = 3) are split in
+  // (HELD = 2: one pass over K for both: 1.15-1.18x against two one-tile items in round 15); more rows (R > 32, T > 10 for G = 3) are split in
   // row blocks of equal height <= 32, a chunk's blocks consecutive items, so the later ones read K
   // and V from L2.
   const bool held = amx && sh.D == 64;
