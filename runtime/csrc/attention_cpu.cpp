@@ -651,7 +651,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
   float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
   // Held items pack no K: Kp's room (D * NB = 4,096 floats) holds Qt [HELD][2 halves][16 units][16
-  // columns], the stored score tiles Ct (up to 4 x 16 x 16) and a zero-padded copy Kz of a partial block [NB][D]
+  // columns], the stored score tiles Ct (up to 4 x 16 x 16) and a zero-padded copy Kz of a partial group [16][D]
   uint32_t* Qt = reinterpret_cast<uint32_t*>(Kp);
   float* Ct = Kp + 1024;
   uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 2048);
@@ -676,10 +676,13 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   if constexpr (HELD > 0) {   // Qt[c][h][u][j] = unit 16h + u of query row 16c + j (zero past R)
     const auto* Q32 = reinterpret_cast<const uint32_t*>(Qf);
     for (int c = 0; c < HELD; ++c)
-      for (int h = 0; h < 2; ++h)
-        for (int u = 0; u < 16; ++u)
-          for (int j = 0; j < 16; ++j)
-            Qt[((2 * c + h) * 16 + u) * 16 + j] = 16 * c + j < R ? Q32[(16 * c + j) * (D / 2) + 16 * h + u] : 0u;
+      for (int h = 0; h < 2; ++h) {
+        __m512i rows[16];
+        for (int j = 0; j < 16; ++j)
+          rows[j] = 16 * c + j < R ? _mm512_loadu_si512(Q32 + (16 * c + j) * (D / 2) + 16 * h) : _mm512_setzero_si512();
+        transpose16(rows);
+        for (int u = 0; u < 16; ++u) _mm512_storeu_si512(Qt + ((2 * c + h) * 16 + u) * 16, rows[u]);
+      }
   }
 #if TF_AMX
   if (amx) amx_begin((int)tile_rows, HELD ? 6 : 5);
@@ -710,25 +713,27 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         const auto* kb = reinterpret_cast<const uint16_t*>(k + n0 * sh.kss);
         const auto* vrow = reinterpret_cast<const uint16_t*>(v + n0 * sh.vss);
         {   // per 16 keys: the previous score tile(s) out, this group's products in
-          const uint16_t* kt = kb;
-          int64_t ldk = sh.kss;
-          if (nk < NB) {   // a chunk's last, partial block: its rows into a zero-padded copy
-            std::memset(Kz, 0, NB * D * 2);
-            for (int n = 0; n < nk; ++n) std::memcpy(Kz + n * D, kb + n * sh.kss, D * 2);
-            kt = Kz, ldk = D;
-          }
           for (int g = 0; g < NB / 16; ++g) {
             for (int i = 16 * g; i < 16 * g + 16; ++i) {
               if (i < npf) prefetch_line(kb + (i + PF_KEYS) * sh.kss), prefetch_line(kb + (i + PF_KEYS) * sh.kss + 32);
               if (i < nk) prefetch_line(vrow + i * sh.vss), prefetch_line(vrow + i * sh.vss + 32);
             }
+            // this group's 16 keys, from the cache; a chunk's last, partial group from a zero-padded
+            // copy; none past the chunk's end (their score columns are never read)
+            const uint16_t* kt = kb + 16 * g * sh.kss;
+            int64_t ldk = sh.kss;
+            if (16 * g + 16 > nk && 16 * g < nk) {
+              std::memset(Kz, 0, 16 * D * 2);
+              for (int n = 16 * g; n < nk; ++n) std::memcpy(Kz + (n - 16 * g) * D, kb + n * sh.kss, D * 2);
+              kt = Kz, ldk = D;
+            }
             if constexpr (HELD == 1) {   // tile g holds the previous block's keys 16g..16g+15
               if (n0 > cc0) tile_store(g, Ct + 256 * g, 16);
-              qk_amx_keys(kt + 16 * g * ldk, ldk, g);
+              if (16 * g < nk) qk_amx_keys(kt, ldk, g);
               if (n0 > cc0) scores_from_keys(Ct + 256 * g, Sc + (n0 - NB - cc0) + 16 * g, R);
-            } else {                     // tmm0/1 hold the previous group's 16 keys
+            } else if (16 * g < nk) {    // tmm0/1 hold the previous group's 16 keys
               if (pending >= 0) tile_store(0, Ct, 16), tile_store(1, Ct + 256, 16);
-              qk_amx_keys2(kt + 16 * g * ldk, ldk);
+              qk_amx_keys2(kt, ldk);
               if (pending >= 0) scores_from_keys(Ct, Sc + pending, 16), scores_from_keys(Ct + 256, Sc + 16 * LDS + pending, R - 16);
               pending = n0 - cc0 + 16 * g;
             }
@@ -755,7 +760,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       }
       if constexpr (HELD) {   // the previous block's scores went out while this block's came in
         if (n0 + NB >= cc1)
-          for (int g = 0; g < NB / 16; ++g) {
+          for (int g = 0; g < NB / 16 && 16 * g < nk; ++g) {
             tile_store(g, Ct + 256 * g, 16);
             scores_from_keys(Ct + 256 * g, Sc + (n0 - cc0) + 16 * g, R);
           }
