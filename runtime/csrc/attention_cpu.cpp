@@ -134,6 +134,12 @@ inline void write_row(scalar_t* dst, const float* acc, float l, const int32_t* d
   for (int64_t i = 0; i < D; ++i) dst[dim[i]] = static_cast<scalar_t>(acc[i] * inv);
 }
 
+// Chunk c holds keys [chunk_begin(c), chunk_begin(c + 1)): 512, 512, then CHUNK each (positions
+// only); chunk_of(p) is the chunk holding key p. Every build has them (the portable path
+// chunks as the vector paths do).
+inline int64_t chunk_begin(int64_t c) { return c <= 2 ? c * (CHUNK / 2) : (c - 1) * CHUNK; }
+inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CHUNK + 1; }
+
 #if TF_AVX512
 
 
@@ -624,11 +630,6 @@ TF_INLINE void exp_row(const float* s, float c, float m, int vis, float* lvec, v
     for (int j = 0; j < 4; ++j) _mm512_storeu_ps(p + 16 * j, x[j]);
   }
 }
-
-// Chunk c holds keys [chunk_begin(c), chunk_begin(c + 1)): 512, 512, then CHUNK each (positions
-// only); chunk_of(p) is the chunk holding key p.
-inline int64_t chunk_begin(int64_t c) { return c <= 2 ? c * (CHUNK / 2) : (c - 1) * CHUNK; }
-inline int64_t chunk_of(int64_t p) { return p < CHUNK ? p / (CHUNK / 2) : p / CHUNK + 1; }
 
 // One work item: rows r0 .. r0 + R of kv head (b, h) against keys [c0, c1) -> m, l (log2
 // units) and the unnormalized acc [R, D] (lane order of the variant).
