@@ -306,16 +306,6 @@ void check_glue(const torch::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(t.size(-1) == 0 || t.stride(-1) == 1, op, ": ", name, " needs unit stride in its last dim");
 }
 
-#if TF_AVX512
-// 16 bf16 -> fp32 (exact: bf16 is fp32's top half); lanes off m read as 0
-inline __m512 bf16x16(const at::BFloat16* p, __mmask16 m = 0xFFFF) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-inline __m256i to_bf16(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }   // round to nearest even
-inline __m512 from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
-#endif
-
 // x [..., E] -> w * round(x * rsqrt(mean(x^2) + eps)): the normalized row is rounded to the dtype
 // before the weight multiplies it, as transformers' LlamaRMSNorm does; w has x's dtype.
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
@@ -332,24 +322,6 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
       for (int64_t r = begin; r < end; ++r) {
         const scalar_t* xr = xp + r * E;
         scalar_t* orow = op + r * E;
-#if TF_AVX512
-        if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {   // 16 lanes (the sum of squares in 16 partial sums)
-          const auto* xb = reinterpret_cast<const at::BFloat16*>(xr);
-          const auto* wb = reinterpret_cast<const at::BFloat16*>(wp);
-          __m512 acc = _mm512_setzero_ps();
-          for (int64_t e = 0; e < E; e += 16) {
-            const __m512 v = bf16x16(xb + e, first_lanes(E - e));
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(v, v));
-          }
-          const __m512 inv = _mm512_set1_ps(1.f / std::sqrt(_mm512_reduce_add_ps(acc) / E + static_cast<float>(eps)));
-          for (int64_t e = 0; e < E; e += 16) {
-            const __mmask16 m = first_lanes(E - e);
-            const __m512 n = from_bf16(to_bf16(_mm512_mul_ps(bf16x16(xb + e, m), inv)));
-            _mm256_mask_storeu_epi16(orow + e, m, to_bf16(_mm512_mul_ps(bf16x16(wb + e, m), n)));
-          }
-          continue;
-        }
-#endif
         float ss = 0.f;
         for (int64_t e = 0; e < E; ++e) { const float v = load(xr, e); ss += v * v; }
         const float inv = 1.f / std::sqrt(ss / E + static_cast<float>(eps));
@@ -382,26 +354,6 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
         const scalar_t* cr = cp + b * cos.stride(0) + t * cos.stride(1);
         const scalar_t* sr = sp + b * sin.stride(0) + t * sin.stride(1);
         scalar_t* orow = op + b * out.stride(0) + i * out.stride(1) + t * out.stride(2);
-#if TF_AVX512
-        if constexpr (std::is_same_v<scalar_t, at::BFloat16>) {
-          if (half % 16 == 0) {   // the same products and sum per element, 16 lanes at a time
-            const auto* xb = reinterpret_cast<const at::BFloat16*>(xr);
-            const auto* cb = reinterpret_cast<const at::BFloat16*>(cr);
-            const auto* sb = reinterpret_cast<const at::BFloat16*>(sr);
-            for (int64_t d = 0; d < half; d += 16) {
-              const __m512 lo = bf16x16(xb + d), hi = bf16x16(xb + d + half);
-              const __m512 out_lo = _mm512_add_ps(_mm512_mul_ps(lo, bf16x16(cb + d)),
-                                                  _mm512_mul_ps(_mm512_xor_ps(hi, _mm512_set1_ps(-0.f)), bf16x16(sb + d)));
-              const __m512 out_hi = _mm512_add_ps(_mm512_mul_ps(hi, bf16x16(cb + d + half)),
-                                                  _mm512_mul_ps(lo, bf16x16(sb + d + half)));
-              _mm256_storeu_si256(reinterpret_cast<__m256i*>(tmp) + d / 16, to_bf16(out_lo));       // after reading: out may alias x
-              _mm256_storeu_si256(reinterpret_cast<__m256i*>(tmp) + (d + half) / 16, to_bf16(out_hi));
-            }
-            std::memcpy(orow, tmp, D * sizeof(scalar_t));
-            continue;
-          }
-        }
-#endif
         for (int64_t d = 0; d < D; ++d) {
           const float rot = d < half ? -load(xr, d + half) : load(xr, d - half);
           tmp[d] = load(xr, d) * load(cr, d) + rot * load(sr, d);
@@ -411,6 +363,13 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
     });
   });
 }
+
+#if TF_AVX512
+inline __m512 bf16x16(const at::BFloat16* p) {   // 16 bf16 -> fp32 (exact: bf16 is fp32's top half)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+#endif
 
 // silu(gate) * up [..., F]: gate and up [..., F] with unit stride in F and one stride between rows
 // (the two halves of the fused gate_up output are such views; so are two separate outputs).
