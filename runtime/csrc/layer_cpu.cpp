@@ -333,6 +333,19 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   return out;
 }
 
+// One row of rope: out[d] = x[d] * cos[d] + rotate_half(x)[d] * sin[d] in fp32, rounded once;
+// rotate_half(x) = cat(-x[D/2:], x[:D/2]). out may alias x (all of x is read first). D <= 512.
+template <typename T>
+inline void rope_row(const T* xr, const T* cr, const T* sr, T* orow, int64_t D) {
+  float tmp[512];
+  const int64_t half = D / 2;
+  for (int64_t d = 0; d < D; ++d) {
+    const float rot = d < half ? -load(xr, d + half) : load(xr, d - half);
+    tmp[d] = load(xr, d) * load(cr, d) + rot * load(sr, d);
+  }
+  for (int64_t d = 0; d < D; ++d) orow[d] = store<T>(tmp[d]);
+}
+
 // out [B, h, T, D] = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[D/2:], x[:D/2]);
 // x and out any strides with unit stride in D (out may be a slice of a cache), cos/sin [B, T, D].
 void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor out) {
@@ -342,23 +355,15 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
               "rope: x/out [B, h, T, D <= 512] and cos/sin [B, T, D] expected, got ", x.sizes(), out.sizes(), cos.sizes());
   TORCH_CHECK(x.scalar_type() == out.scalar_type() && cos.scalar_type() == x.scalar_type() &&
               sin.scalar_type() == x.scalar_type(), "rope: x, cos, sin and out must share a dtype");
-  const int64_t B = x.size(0), h = x.size(1), T = x.size(2), D = x.size(3), half = D / 2;
+  const int64_t B = x.size(0), h = x.size(1), T = x.size(2), D = x.size(3);
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rope", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* cp = cos.data_ptr<scalar_t>();
     const scalar_t* sp = sin.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
     rows_parallel(B * h * T, D, [&](int64_t begin, int64_t end) {
-      float tmp[512];
       for (int64_t r = begin; r < end; ++r) {
         const int64_t b = r / (h * T), i = (r / T) % h, t = r % T;
-        const scalar_t* xr = xp + b * x.stride(0) + i * x.stride(1) + t * x.stride(2);
-        const scalar_t* cr = cp + b * cos.stride(0) + t * cos.stride(1);
-        const scalar_t* sr = sp + b * sin.stride(0) + t * sin.stride(1);
-        scalar_t* orow = op + b * out.stride(0) + i * out.stride(1) + t * out.stride(2);
-        for (int64_t d = 0; d < D; ++d) {
-          const float rot = d < half ? -load(xr, d + half) : load(xr, d - half);
-          tmp[d] = load(xr, d) * load(cr, d) + rot * load(sr, d);
-        }
-        for (int64_t d = 0; d < D; ++d) orow[d] = store<scalar_t>(tmp[d]);  // after reading: out may alias x
+        rope_row(xp + b * x.stride(0) + i * x.stride(1) + t * x.stride(2), cp + b * cos.stride(0) + t * cos.stride(1),
+                 sp + b * sin.stride(0) + t * sin.stride(1), op + b * out.stride(0) + i * out.stride(1) + t * out.stride(2), D);
       }
     });
   });
@@ -409,6 +414,63 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
 }
 
 
+// ---- DecoderPlan's glue: what the module path does with torch ops, in one loop each -------------
+#if TF_AVX512
+// 16 fp32 -> bf16, round to nearest even exactly as c10::BFloat16 (and torch's bf16 add) round,
+// with no flush of denormals (NaN -> 0x7FC0).
+inline __m256i bf16_round(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+#endif
+
+// x [N, E] += y [N, E] in place, both contiguous bf16 (the residual stream): each sum in fp32,
+// rounded once to bf16, the bits of torch's x + y without its dispatch and allocation.
+void residual_add(torch::Tensor& x, const torch::Tensor& y) {
+  const int64_t n = x.numel();
+  at::BFloat16* xp = x.data_ptr<at::BFloat16>();
+  const at::BFloat16* yp = y.data_ptr<at::BFloat16>();
+  int64_t i = 0;
+#if TF_AVX512
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xp + i), bf16_round(_mm512_add_ps(bf16x16(xp + i), bf16x16(yp + i))));
+#endif
+  for (; i < n; ++i) xp[i] = at::BFloat16(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
+}
+
+// The fused projection's output qkv [B * T, (H + 2 Hkv) * D] (contiguous bf16) into attention's
+// inputs: q rotated into qr [B, H, T, D] (contiguous), k rotated into keys and v copied into values
+// at slots [start, start + T) (keys, values [B, Hkv, capacity, D] with unit stride in D). The bits
+// of rope() and copy_ on the module path's views, in one pass over qkv.
+void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& qr,
+                    const torch::Tensor& keys, const torch::Tensor& values, int64_t start) {
+  const int64_t B = qr.size(0), H = qr.size(1), T = qr.size(2), D = qr.size(3), Hkv = keys.size(1);
+  const int64_t W = qkv.size(1);
+  const at::BFloat16* src = qkv.data_ptr<at::BFloat16>();
+  const at::BFloat16* cp = cos.data_ptr<at::BFloat16>();
+  const at::BFloat16* sp = sin.data_ptr<at::BFloat16>();
+  at::BFloat16* qp = qr.data_ptr<at::BFloat16>();
+  at::BFloat16* kp = keys.data_ptr<at::BFloat16>();
+  at::BFloat16* vp = values.data_ptr<at::BFloat16>();
+  rows_parallel(B * T, W, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t b = r / T, t = r % T, slot = start + t;
+      const at::BFloat16* row = src + r * W;
+      const at::BFloat16* c = cp + b * cos.stride(0) + t * cos.stride(1);
+      const at::BFloat16* s = sp + b * sin.stride(0) + t * sin.stride(1);
+      for (int64_t h = 0; h < H; ++h) rope_row(row + h * D, c, s, qp + ((b * H + h) * T + t) * D, D);
+      for (int64_t h = 0; h < Hkv; ++h) {
+        rope_row(row + (H + h) * D, c, s, kp + b * keys.stride(0) + h * keys.stride(1) + slot * keys.stride(2), D);
+        std::memcpy(vp + b * values.stride(0) + h * values.stride(1) + slot * values.stride(2), row + (H + Hkv + h) * D,
+                    D * sizeof(at::BFloat16));
+      }
+    }
+  });
+}
+
 // ---- a pass's decoder layers in one call ---------------------------------------------------------
 // At T = 1 a layer is ~45 torch ops and 8 module calls around its 7 kernels, 2-3 us each: ~3 ms
 // a 30-layer pass, as much as a 1,024-token middle level's weights take to read. DecoderPlan
@@ -452,26 +514,25 @@ class DecoderPlan {
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor k, torch::Tensor v,
                     int64_t start, c10::optional<torch::Tensor> last_query) const {
     const int64_t B = x.size(0), T = x.size(1), E = x.size(2), N = B * T, stop = start + T;
-    const int64_t HD = H_ * D_, KD = Hkv_ * D_, F = std::get<4>(linears_[2]) / 2;
+    const int64_t HD = H_ * D_, F = std::get<4>(linears_[2]) / 2;
     TORCH_CHECK(k.dim() == 5 && k.size(0) == (int64_t)norm1_.size() && stop <= k.size(3),
                 "DecoderPlan.run: k [L, B, Hkv, capacity, D] with room for slots up to ", stop, ", got ", k.sizes());
-    x = x.reshape({N, E});
+    TORCH_CHECK(x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16 &&
+                k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16 && cos.size(2) == D_ && cos.stride(2) == 1 &&
+                sin.sizes() == cos.sizes() && sin.stride(2) == 1 && k.stride(4) == 1 && v.stride(4) == 1,
+                "DecoderPlan.run: bf16 x, cos/sin [B, T, D] and k/v with unit stride in D expected");
+    x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
       torch::Tensor qkv = linear(rms_norm(x, norm1_[l], eps_), lin[0]);                    // [N, HD + 2 KD]
-      auto q = qkv.narrow(1, 0, HD).view({B, T, H_, D_}).permute({0, 2, 1, 3});            // [B, H, T, D]
-      auto kn = qkv.narrow(1, HD, KD).view({B, T, Hkv_, D_}).permute({0, 2, 1, 3});        // [B, Hkv, T, D]
-      auto vn = qkv.narrow(1, HD + KD, KD).view({B, T, Hkv_, D_}).permute({0, 2, 1, 3});
-      auto qr = torch::empty({B, H_, T, D_}, x.options());
-      rope(q, cos, sin, qr);
+      auto qr = torch::empty({B, H_, T, D_}, x.options());                                 // [B, H, T, D]
       auto keys = k.select(0, l), values = v.select(0, l);                                  // [B, Hkv, cap, D]
-      rope(kn, cos, sin, keys.narrow(2, start, T));
-      values.narrow(2, start, T).copy_(vn);
+      qkv_into_cache(qkv, cos, sin, qr, keys, values, start);
       if (last_query.has_value()) last_query->select(0, l).copy_(qr.select(2, T - 1));
       auto attn = attend_(qr, keys.narrow(2, 0, stop), values.narrow(2, 0, stop), scale_, std::nullopt);  // [B, T, H, D]
-      x = x + linear(attn.view({N, HD}), lin[1]);
+      residual_add(x, linear(attn.view({N, HD}), lin[1]));
       torch::Tensor gate_up = linear(rms_norm(x, norm2_[l], eps_), lin[2]);                // [N, 2F]
-      x = x + linear(silu_mul(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F)), lin[3]);
+      residual_add(x, linear(silu_mul(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F)), lin[3]));
     }
     return x.view({B, T, E});
   }
