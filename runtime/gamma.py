@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,11 +35,14 @@ EXPLORE_TOKENS = 12         # a level proposes at least 1 token, when its verifi
 REPROBE_ROUNDS = 32         # ... and again once it has drafted nothing for this many rounds (a level switched off
                             # gathers no evidence: an unlucky first sample, or text that changed, would keep it off)
 ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
-# Pass lengths timed at start-up (up to each level's γ cap + 1), between them linear. Every T up to 8,
-# where the choices land: a CPU pass's cost steps where its query rows need one more tile (the AMX
-# kernel: T = 6 for G = 3, 18 rows; at 8K the target took 27.6 ms at T = 5 and 32.6 at T = 6, where
-# a line through T = 4 and 8 said 28.6 and 30.1: docs/BENCHMARKS.md, round 14).
-PROBE_POINTS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+# Pass lengths timed once each at start-up (up to each level's γ cap + 1, after one untimed pass that
+# warms the level's caches), between them linear. A CPU pass's cost steps where its query rows need
+# one more tile (the AMX kernel: T = 6 for G = 3, 18 rows; at 8K the target took 27.6 ms at T = 5 and
+# 32.6 at T = 6: docs/BENCHMARKS.md, round 14), so 5 and 6 are both timed. The probe gives the shape;
+# the passes the run makes give the level (corrected, every REFRESH_ROUNDS rounds).
+PROBE_POINTS = (1, 2, 4, 5, 6, 8, 12, 16)
+REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by the passes run since
+SEEN_PASSES = 8             # passes of a level before its probed costs are rescaled
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -109,38 +113,50 @@ def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> 
     return min(((g, seconds_per_token(costs, alphas, g, memo)) for g in itertools.product(*allowed)), key=lambda c: c[1])
 
 
-def probe_pass_costs(stack, caps: tuple[int, ...], repeats: int = 2) -> list[PassCost]:
+def probe_pass_costs(stack, caps: tuple[int, ...]) -> list[PassCost]:
     """Times T-token passes of every level on its real, filled cache (rolled back after each), for
-    T in PROBE_POINTS up to the level's largest pass (γ cap + 1; 1 for the bottom level)."""
+    T in PROBE_POINTS up to the level's largest pass (γ cap + 1; 1 for the bottom level), after one
+    untimed pass: its first passes after the prefill run slower (caches hold the other levels')."""
     costs = []
     saved = [lv.cache.last_query.clone() if hasattr(lv.cache, "last_query") else None for lv in stack]
     for i, level in enumerate(stack):
         largest = 1 if i == 0 else caps[i - 1] + 1
         lengths = sorted({t for t in PROBE_POINTS if t <= largest} | {largest})
         points = []
-        for T in lengths:
+        for T in [lengths[0]] + lengths:   # the first one warms up
             x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
             n = level.cache.get_seq_length()
-            best = float("inf")
-            for _ in range(repeats):
-                start = time.perf_counter()
-                level.model(x, level.cache)                   # [1, T, V]
-                best = min(best, time.perf_counter() - start)  # logits stay on the device: no host sync needed on CPU
-                level.cache.crop(n)
-            points.append((T, best))
-        costs.append(PassCost(tuple(points)))
+            start = time.perf_counter()
+            level.model(x, level.cache)                     # [1, T, V]; on CPU the call returns when done
+            points.append((T, time.perf_counter() - start))
+            level.cache.crop(n)
+        costs.append(PassCost(tuple(points[1:])))
     for level, last_query in zip(stack, saved):  # the retrieval rebuild scores chunks with it
         if last_query is not None:
             level.cache.last_query.copy_(last_query)
     return costs
 
 
+def corrected(probed: PassCost, recent) -> PassCost:
+    """The probed costs at the level the run's own passes show: scaled by the median ratio of a
+    pass's seconds to the probe's figure for its length, over the `recent` (T, seconds) passes.
+    One ratio for every T keeps the probe's shape (the step at T = 6) and lets no single length,
+    rarely run and once slow, lock itself out of the choice. Unchanged below SEEN_PASSES passes."""
+    ratios = [s / probed(T) for T, s in recent if probed(T) > 0]
+    if len(ratios) < SEEN_PASSES:
+        return probed
+    scale = statistics.median(ratios)
+    return PassCost(tuple((T, s * scale) for T, s in probed.points))
+
+
 @dataclass
 class GammaTuner:
     """The decoder's on_round hook under --gamma auto: after every round, re-picks the γs from the
-    probed pass costs and each verifier's acceptance so far (smoothed by a prior)."""
+    pass costs and each verifier's acceptance so far (smoothed by a prior). The costs are the
+    start-up probe's, corrected every REFRESH_ROUNDS rounds by the passes the run made (on a CPU,
+    where a pass's wall time is its cost; a GPU's calls return before their kernels finish)."""
     stack: list                               # the levels, bottom first
-    costs: list[PassCost]
+    costs: list[PassCost]                     # what the choice uses: probed, then corrected
     caps: tuple[int, ...]                     # largest γ per verifier
     probe_s: float = 0.0                      # seconds the start-up probe took
     gammas: tuple[int, ...] = ()
@@ -149,10 +165,21 @@ class GammaTuner:
     choices: dict = field(default_factory=dict)   # rounded acceptances -> (γs, seconds per token)
     idle: list = field(init=False)                # per proposer: rounds since its drafted count last grew
     seen: list = field(init=False)                # per proposer: its drafted count at the last round
+    probed: list = field(init=False)              # the start-up probe's costs
+    rounds: int = 0
 
     def __post_init__(self) -> None:
         self.seen = [lv.stats.drafted for lv in self.stack[1:]]
         self.idle = [0] * len(self.seen)
+        self.probed = list(self.costs)
+
+    def refresh(self) -> None:
+        """The probed costs corrected by the passes run since (gamma.corrected); the memoized
+        choices go when the costs change."""
+        costs = [corrected(probed, lv.times.recent) if timed_on_host(lv) else probed
+                 for probed, lv in zip(self.probed, self.stack)]
+        if costs != self.costs:
+            self.costs, self.choices = costs, {}
 
     @classmethod
     def start(cls, stack, caps: tuple[int, ...]) -> "GammaTuner":
@@ -200,6 +227,9 @@ class GammaTuner:
         drafted = [lv.stats.drafted for lv in self.stack[1:]]
         self.idle = [0 if now > before else rounds + 1 for now, before, rounds in zip(drafted, self.seen, self.idle)]
         self.seen = drafted
+        self.rounds += 1
+        if self.rounds % REFRESH_ROUNDS == 0:
+            self.refresh()
         decoder.gammas = list(self.pick())
 
     def stats(self) -> dict:
@@ -208,13 +238,21 @@ class GammaTuner:
         reason = (f"gammas {list(self.gammas)}: predicted {1000 * self.predicted:.1f} ms/token against "
                   f"{1000 * ar:.1f} for the target alone, from acceptance "
                   + ", ".join(f"{n} {a:.2f}" for n, a in zip(names[1:], self.alphas()))
-                  + " and pass costs measured at start-up")
+                  + " and pass costs measured at start-up"
+                  + (", corrected by the passes run since" if self.costs != self.probed else ""))
         return {"gamma": dict(
             policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3),
             target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4),
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
+            probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
             reason=reason)}
+
+
+def timed_on_host(level) -> bool:
+    """Whether a level's pass times are its costs: its passes return when done (a CPU model, local
+    or behind Ray shards) and it records them (speculate.Level.times)."""
+    return hasattr(level, "times") and level.model.device.type == "cpu"
 
 
 def auto_caps(levels: int, max_new_tokens: int) -> tuple[int, ...]:

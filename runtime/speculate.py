@@ -16,6 +16,7 @@ is a valid draft for the target: stacking the rule twice is TriForce, lossless a
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 
 import torch
@@ -39,6 +40,18 @@ class LevelStats:
     moved_bytes: int = 0     # bytes copied between the host tier and the device during its passes
 
 
+class PassTimes:
+    """(T, wall seconds) of a level's last WINDOW passes: what `--gamma auto` rescales its start-up
+    probe with (gamma.corrected)."""
+    WINDOW = 32
+
+    def __init__(self):
+        self.recent: deque = deque(maxlen=self.WINDOW)
+
+    def add(self, T: int, seconds: float) -> None:
+        self.recent.append((T, seconds))
+
+
 class Level:
     """One model reading one cache. Asked for the distributions at the last k positions of a
     sequence, it rolls its cache back to the longest prefix it shares with that sequence and
@@ -51,6 +64,7 @@ class Level:
         self.cached: list[int] = []  # the tokens whose K/V the cache holds (logically)
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
         self.stats = LevelStats()
+        self.times = PassTimes()     # recent passes' seconds by T (the --gamma auto tuner reads them)
         self.traffic = None          # offload.tier.Traffic when the level's passes move data between tiers
         self.counts_rows = getattr(model, "counts_rows", False)  # last_only=n gives n rows (Transformer)
         self.weights = getattr(model, "weights", "same")   # same | int8 | int4 (+vocabN): runtime/quant.py
@@ -69,7 +83,9 @@ class Level:
             rows = keep_last if final and keep_last else 1   # logits rows anyone reads (1: a cheap row)
             if rows > 1 and not self.counts_rows:            # a model that only knows last_only True/False
                 rows = False
+            began = time.perf_counter()
             out = self.model(part, self.cache, last_only=rows)                           # [1, R, V]
+            self.times.add(part.shape[1], time.perf_counter() - began)
             if final and keep_last:
                 logits = out[0, -keep_last:]
             self.stats.passes += 1
@@ -82,6 +98,7 @@ class Level:
     def reset_stats(self) -> None:
         """Zeroes the figures (after the prefill: stats are the decode's), the cache's own included."""
         self.stats = LevelStats()
+        self.times = PassTimes()
         if hasattr(self.cache, "forced_evictions"):   # a StreamingLLM cache: the prefill's passes overflow
             self.cache.forced_evictions = 0          # its scratch by design (they are committed right after)
 

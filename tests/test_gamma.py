@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import torch
 
-from triforce.runtime.gamma import (EXPLORE_TOKENS, REPROBE_ROUNDS, GammaTuner, PassCost, auto_caps, choose, expected_tokens,
-                                    per_token_acceptance, seconds_per_token)
-from triforce.runtime.speculate import LevelStats
+from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
+                                    choose, corrected, expected_tokens, per_token_acceptance, seconds_per_token)
+from triforce.runtime.speculate import LevelStats, PassTimes
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
 
@@ -97,6 +97,51 @@ def test_tuner_reprobes_a_level_it_switched_off():
     assert decoder.gammas[0] == 1 and decoder.gammas[1] >= 2   # re-probed, in a round that consults it
     one_round(drafted_by_drafter=1)          # that round drafted one token (rejected)
     assert decoder.gammas[0] == 0 and tuner.idle == [0, 0]
+
+
+def test_corrected_costs_keep_the_probes_shape_at_the_runs_level():
+    """A probe taken while the machine was busier than the run (or its caches colder): the run's
+    passes cost about half the probe's figures, one outlier aside. The costs keep the probe's
+    shape (the step at T = 6) at the median ratio, which one slow pass does not move."""
+    probed = PassCost(((1, 0.020), (5, 0.024), (6, 0.030), (13, 0.040)))
+    recent = [(1, 0.010)] * 4 + [(5, 0.012)] * 4 + [(4, 0.500)]
+    cost = corrected(probed, recent)
+    assert [T for T, _ in cost.points] == [1, 5, 6, 13]
+    assert cost(1) == pytest.approx(0.010) and cost(6) == pytest.approx(0.015) and cost(13) == pytest.approx(0.020)
+    assert corrected(probed, recent[:SEEN_PASSES - 1]) is probed      # too few passes: the probe stands
+
+
+def test_pass_times_keep_the_last_window_of_passes():
+    times = PassTimes()
+    for T in range(PassTimes.WINDOW + 5):
+        times.add(T, 0.001)
+    assert len(times.recent) == PassTimes.WINDOW and times.recent[0] == (5, 0.001)
+
+
+def test_tuner_rescales_the_probe_by_the_passes_it_sees():
+    """A probe that priced the middle level dearer than the target makes the tuner skip it; once
+    the run's own passes show the middle level ten times cheaper (after REFRESH_ROUNDS rounds) it
+    drafts with it, says so in its reason, and keeps both figures in stats."""
+    def timed_level(name, drafted, accepted, seconds):
+        lv = SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted),
+                             times=PassTimes(), model=SimpleNamespace(device=torch.device("cpu")), name=name)
+        for _ in range(SEEN_PASSES):
+            lv.times.add(*seconds)
+        return lv
+    probed = [PassCost(((1, 0.001),)), PassCost(((1, 0.040), (5, 0.042))), PassCost(((1, 0.020), (13, 0.030)))]
+    stack = [timed_level("drafter", 0, 0, (1, 0.001)), timed_level("retrieval", 40, 36, (3, 0.0041)),
+             timed_level("target", 40, 36, (1, 0.020))]
+    tuner = GammaTuner(stack, list(probed), caps=(4, 12))
+    decoder = SimpleNamespace(gammas=list(tuner.pick()))
+    assert decoder.gammas[1] == 0                       # the middle level does not pay at the probe's price
+    for _ in range(REFRESH_ROUNDS):
+        tuner(decoder)
+    assert tuner.probed == probed and tuner.costs[1](1) == pytest.approx(0.004) and tuner.costs[1](5) == pytest.approx(0.0042)
+    assert decoder.gammas[1] >= 2
+    assert tuner.predicted == pytest.approx(seconds_per_token(tuner.costs, tuner.alphas(), tuple(decoder.gammas)))
+    stats = tuner.stats()["gamma"]
+    assert "corrected by the passes run since" in stats["reason"]
+    assert stats["probe_pass_ms"]["retrieval"]["5"] == 42.0 and stats["pass_ms"]["retrieval"]["5"] == pytest.approx(4.2)
 
 
 def test_per_token_acceptance_is_unbiased_where_drafted_over_accepted_is_not():
