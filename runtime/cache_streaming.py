@@ -90,6 +90,15 @@ class StreamingCache:
         turned = Rope.rotate(x, angle.cos().expand(L * B, S, D), angle.sin().expand(L * B, S, D))
         return turned.view(L, B, H, S, D).to(keys.dtype)
 
+    def skip(self, n: int) -> None:
+        """Counts n more tokens of the sequence as seen and evicted, without their K/V: a prefill
+        that feeds only what the cache would keep (the sinks, then the recent tokens) skips the
+        tokens between them. Only while the cache holds at most its sinks and has evicted none."""
+        if n and (self.length > self.sinks or self.evicted):
+            raise ValueError(f"skip({n}) needs a cache holding at most its {self.sinks} sinks and no evictions; it "
+                             f"holds {self.length} slots and evicted {self.evicted}")
+        self.evicted += n
+
     def fill_from(self, full, n: int) -> None:
         """Fills the cache from the first n tokens of a full cache of the same model (its sinks and
         most recent tokens), the keys turned from their positions to their slots: the `streaming`

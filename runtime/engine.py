@@ -226,7 +226,24 @@ class Engine(Checkpoint):
 
     @staticmethod
     def _prefill_passes(level: Level, context: list[int], on_prefill: Callable[[int], None] | None) -> None:
-        for end in range(level.max_pass, len(context) + level.max_pass, level.max_pass):
+        """Feeds the context in passes of max_pass tokens. A StreamingLLM cache (the drafter's)
+        keeps only its sinks and its `window` most recent tokens, so only those are fed, each at
+        the slot it would hold (the tokens between are skipped): at 32K the drafter's prefill
+        reads 256 tokens, not 32K. The recent tokens then attend to fewer earlier ones than a pass
+        over every token gives them; that changes the drafter's proposals only, never the output."""
+        begin, cache = 0, level.cache
+        if hasattr(cache, "skip"):
+            sinks = min(cache.sinks, len(context))
+            begin = max(sinks, len(context) - cache.window)    # the first recent token kept
+            if begin > sinks:
+                level.feed(context[:sinks])
+                level.commit(context[:sinks])
+                cache.skip(begin - sinks)
+                level.cached = list(context[:begin])           # seen: the skipped ones evicted
+                level.commit(level.cached)
+            else:
+                begin = 0
+        for end in range(begin + level.max_pass, len(context) + level.max_pass, level.max_pass):
             level.feed(context[:end])
             level.commit(context[:end])
             if on_prefill:

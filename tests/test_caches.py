@@ -198,3 +198,19 @@ def test_streaming_keys_stay_rotated_by_their_slots_across_evictions():
             torch.testing.assert_close(cache.k[layer, :, :, :cache.length],
                                        Rope.rotate(raw[layer][:, :, visible], slot_cos, slot_sin), rtol=1e-5, atol=1e-5)
     assert cache.evicted > 20
+
+
+def test_streaming_skip_counts_tokens_between_the_sinks_and_the_recent_region():
+    """A prefill that feeds only what the cache keeps: the sinks, skip, then the recent tokens. The
+    cache then holds the same tokens at the same slots as one fed every token and committed."""
+    fed, skipping = streaming(sinks=4, window=8, block=1), streaming(sinks=4, window=8, block=1)
+    for t in range(20):
+        feed_committed(fed, t, 1)
+    feed_committed(skipping, 0, 4)
+    skipping.skip(8)
+    for t in range(12, 20):
+        feed_committed(skipping, t, 1)
+    assert skipping.get_seq_length() == fed.get_seq_length() == 20 and skipping.evicted == fed.evicted == 8
+    assert feed_committed(skipping, 20, 1) == feed_committed(fed, 20, 1) == [0, 1, 2, 3] + list(range(13, 21))
+    with pytest.raises(ValueError, match="skip"):
+        skipping.skip(1)                     # recent tokens cached: skipping now would misplace them

@@ -55,6 +55,22 @@ def run(engine, ids, mode, **kw):
     return engine.generate(ids, RunConfig(**{**base, **kw}))
 
 
+def test_drafter_prefill_feeds_only_what_its_streaming_cache_keeps(engine, kjv_ids):
+    """At prefill the drafter's StreamingLLM cache is fed its sinks and its window alone (4 + 60 of
+    the prompt's 516 context tokens here), and then holds the sequence as one fed every token."""
+    run_config = RunConfig(model=str(engine.model_dir), draft_model=str(engine.draft_dir), mode="triforce",
+                           max_new_tokens=8, retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60)
+    stack, _ = engine.build_stack(run_config, 517 + 8)
+    drafter = stack[0]
+    passes = []
+    feed = drafter.feed
+    drafter.feed = lambda seq, keep_last=0: passes.append(len(seq)) or feed(seq, keep_last)
+    engine.prefill(stack, kjv_ids[:517], None)
+    assert drafter.cached == kjv_ids[:516] and drafter.cache.get_seq_length() == 516
+    assert drafter.cache.length == 64 and drafter.cache.evicted == 516 - 64
+    assert passes[0] == 4 and all(n > 516 - 60 for n in passes[1:])   # the sinks, then the window only
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("prompt_len", [203, 517])
 def test_every_mode_equals_ar_greedy(engine, kjv_ids, prompt_len):
