@@ -1,5 +1,9 @@
-# split one level pass into: whole pass, decoder plan alone, norm+head alone (scratch, round 17)
-import sys, statistics, time, argparse, torch
+# Scratch harness, round 17 (run from the repository root):
+#   python docs/bench/speed-xeon-r17/split_harness.py 8000 retrieval,target 1,2,4,8
+#     one level pass split into: the whole pass, the decoder plan alone, norm + head alone (medians)
+#   python docs/bench/speed-xeon-r17/split_harness.py 8000 retrieval,target,retrieval warmup
+#     25 consecutive 1-token passes per level in that order: ms / minor page faults (warmup_passes.txt)
+import sys, statistics, time, argparse, resource, torch
 from triforce.runtime.bench.passes import built_levels
 from triforce.runtime.bench.suites import base_run, prompt_ids  # noqa
 from triforce.runtime.engine import Engine
@@ -26,6 +30,14 @@ with torch.inference_mode():
         level = levels[name]; m = level.model; cache = level.cache
         plan = decoder_plan(m)
         n = cache.get_seq_length()
+        if sys.argv[3] == "warmup":
+            x, out = torch.tensor([ids[S:S + 1]]), []
+            for i in range(25):
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                t = time.perf_counter(); m(x, cache); dt = (time.perf_counter() - t) * 1e3; cache.crop(n)
+                out.append(f"{dt:.1f}/{resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0}")
+            print(name, " ".join(out), flush=True)
+            continue
         for T in [int(t) for t in sys.argv[3].split(",")]:
             x = torch.tensor([ids[S - T + 1:S + 1]])
             def whole():
