@@ -165,6 +165,7 @@ DTYPES = ("fp32", "bf16", "fp16")
 BACKENDS = ("local", "ray")
 MODES = ("ar", "spec", "retrieval", "streaming", "triforce")  # see runtime/speculate.py
 WEIGHT_KINDS = ("same", "int8", "int4")  # lower levels' weights (runtime/quant.py)
+AUTO_BUDGET = (1024, 4096)  # the retrieval budget RunConfig.budget_for picks when none is set: its bounds
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,8 @@ class RunConfig:
                                     # measured at start-up and the running acceptance (runtime/gamma.py)
     draft_sinks: int = 16           # drafter StreamingLLM cache: sink tokens
     draft_window: int = 240         # drafter StreamingLLM cache: recent tokens
-    retrieval_budget: int = 4096    # middle-level KV budget in tokens (also the `streaming` mode's cache)
+    retrieval_budget: int | None = None  # middle-level KV budget in tokens (also the `streaming` mode's cache);
+                                         # None: from the context (budget_for)
     chunk_size: int = 8             # retrieval chunk length in tokens
     retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
                                          # (None: min(256, budget // 4))
@@ -228,14 +230,14 @@ class RunConfig:
         for name in ("gamma1", "gamma2", "draft_window", "chunk_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)} must be at least 1")
-        if not 0 <= self.recent_tokens <= self.retrieval_budget // 2:
+        budget = self.budget_for(0)   # the budget set, or the smallest one budget_for picks
+        if not 0 <= self.recent_for(budget) <= budget // 2:
             raise UserError(f"retrieval_recent {self.retrieval_recent} must be between 0 and half the "
-                            f"retrieval_budget ({self.retrieval_budget // 2})")
+                            f"retrieval_budget ({budget // 2})")
         if self.draft_sinks < 0:
             raise UserError(f"draft_sinks {self.draft_sinks} must be >= 0")
-        if self.retrieval_budget < 2 * self.chunk_size:
-            raise UserError(f"retrieval_budget {self.retrieval_budget} must hold at least two chunks of "
-                            f"chunk_size {self.chunk_size}")
+        if budget < 2 * self.chunk_size:
+            raise UserError(f"retrieval_budget {budget} must hold at least two chunks of chunk_size {self.chunk_size}")
         for name in ("middle_weights", "draft_weights"):
             if getattr(self, name) not in WEIGHT_KINDS:
                 raise UserError(f"{name} {getattr(self, name)!r} is not one of {', '.join(WEIGHT_KINDS)} "
@@ -271,11 +273,21 @@ class RunConfig:
         self.sampling.validate()
         return self
 
-    @property
-    def recent_tokens(self) -> int:
-        """Tokens at the end of the context the retrieval cache always keeps."""
+    def budget_for(self, context: int) -> int:
+        """The middle level's KV budget over `context` tokens: retrieval_budget when set, else the
+        paper's share (a 4K budget for 120K tokens, about 3.4%) in whole chunks, at least
+        AUTO_BUDGET[0] and at most AUTO_BUDGET[1] tokens. A budget near the context buys the
+        middle level little over the target: at 7K, 4,096 made `triforce` 1.3x slower than 1,024
+        (docs/BENCHMARKS.md, round 14)."""
+        if self.retrieval_budget is not None:
+            return self.retrieval_budget
+        low, high = AUTO_BUDGET
+        return min(high, max(low, context * 4096 // 120_000)) // self.chunk_size * self.chunk_size
+
+    def recent_for(self, budget: int) -> int:
+        """Tokens at the end of the context a retrieval cache of `budget` always keeps."""
         if self.retrieval_recent is None:
-            return min(256, self.retrieval_budget // 4)
+            return min(256, budget // 4)
         return self.retrieval_recent
 
     @property

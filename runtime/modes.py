@@ -61,9 +61,10 @@ def mode_levels(run: RunConfig, capacity: int) -> tuple[list[LevelSpec], list[in
                          max(1, window // 2))
 
     drafter = streaming("drafter", "drafter", run.draft_sinks, run.draft_window)
+    budget = run.budget_for(capacity)
     retrieval = LevelSpec("retrieval", "target", CacheSpec(
-        "retrieval", capacity=capacity, budget=run.retrieval_budget, chunk=run.chunk_size,
-        generated=run.max_new_tokens + run.gamma2 + 2, recent=run.recent_tokens), run.prefill_chunk)
+        "retrieval", capacity=capacity, budget=budget, chunk=run.chunk_size,
+        generated=run.max_new_tokens + run.gamma2 + 2, recent=run.recent_for(budget)), run.prefill_chunk)
     target = LevelSpec("target", "target", CacheSpec("full", capacity=capacity, on_chip=run.on_chip_layers),
                        run.prefill_chunk)
     if run.mode == "ar":
@@ -73,8 +74,8 @@ def mode_levels(run: RunConfig, capacity: int) -> tuple[list[LevelSpec], list[in
     if run.mode == "retrieval":
         return [retrieval, target], [run.gamma2]
     if run.mode == "streaming":   # the paper's ablation: the target on a StreamingLLM cache of the budget's size
-        sinks = min(run.draft_sinks, run.retrieval_budget // 2)
-        return [streaming("streaming", "target", sinks, run.retrieval_budget - sinks), target], [run.gamma2]
+        sinks = min(run.draft_sinks, budget // 2)
+        return [streaming("streaming", "target", sinks, budget - sinks), target], [run.gamma2]
     return [drafter, retrieval, target], [run.gamma1, run.gamma2]
 
 

@@ -31,7 +31,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
     p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: pick gamma1/gamma2 each round from pass costs "
                    "measured at start-up and the running acceptance (0 = that level off; the choice is in stats.gamma)")
-    p.add_argument("--retrieval-budget", type=int, help="middle-level KV budget in tokens")
+    p.add_argument("--retrieval-budget", type=int,
+                   help="middle-level KV budget in tokens (default: about 3.4%% of the context, 1024-4096)")
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
     p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")

@@ -188,6 +188,8 @@ def level_stats(stack: list[Level]) -> dict:
         s["seconds"] = round(s["seconds"], 4)
         s["weights"] = getattr(level, "weights", "same")
         s["weight_bytes"] = getattr(level, "weight_bytes", 0)
+        if hasattr(level.cache, "budget"):          # a retrieval cache: its budget (set, or budget_for's)
+            s["budget"] = level.cache.budget
         if level.stats.drafted:
             s["acceptance"] = round(level.stats.accepted / level.stats.drafted, 4)
         evictions = getattr(getattr(level, "cache", None), "forced_evictions", None)
