@@ -133,15 +133,17 @@ def test_rows_of_gamma_auto_runs_pool_the_choices_of_every_repeat():
 
     def stats(ms, probe_s, rounds):
         level = dict(drafted=4, accepted=3, seconds=0.1, rebuilds=0)
-        return dict(ms_per_token=ms, prefill_s=0.5, new_tokens=8, target_passes=2, levels=dict(target=level),
+        return dict(ms_per_token=ms, prefill_s=0.5, decode_s=ms * 8 / 1000, new_tokens=8, target_passes=2, levels=dict(target=level),
                     gamma=dict(probe_s=probe_s, rounds_per_choice=rounds, pass_ms={"target": {"1": 20.0, "6": 31.0}}))
 
     row = summarize(RunConfig(mode="triforce"), [1, 2, 3],
                     [stats(10.0, 0.3, {"1,4": 2, "1,3": 1}), stats(12.0, 0.5, {"1,3": 2})], 0.5)
     assert row["gamma"]["rounds_per_choice"] == {"1,3": 3, "1,4": 2}
     assert row["gamma"]["probe_s"]["all"] == [0.3, 0.5] and row["gamma"]["pass_ms"]["target"]["6"] == 31.0
+    assert row["request_s"]["all"] == [0.88, 1.096]          # own prefill + probe + decode, per repeat
     fixed = {k: v for k, v in stats(20.0, 0.0, {}).items() if k != "gamma"}   # a fixed γ reports no choice
-    assert "gamma" not in summarize(RunConfig(mode="triforce"), [1, 2, 3], [fixed], 0.5)
+    row = summarize(RunConfig(mode="triforce"), [1, 2, 3], [fixed], 0.5)
+    assert "gamma" not in row and row["request_s"]["all"] == [0.66]
 
 
 def test_lower_suite_measures_a_middle_level_against_the_target(tiny_pair, tmp_path, capsys):

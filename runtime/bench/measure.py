@@ -102,6 +102,9 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
     row = dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
                repeats=len(stats), ms_per_token=spread([s["ms_per_token"] for s in stats]),
                prefill_s=spread([s["prefill_s"] for s in stats]), warmup_prefill_s=warmup_prefill_s,
+               # what a request spends past the target's (shared) prefill: its own prefill, the --gamma auto
+               # probe and the decode (ms_per_token leaves the first two out)
+               request_s=spread([s["prefill_s"] + s.get("gamma", {}).get("probe_s", 0.0) + s["decode_s"] for s in stats]),
                tokens_per_target_pass=round(tokens / passes, 3) if passes else None,
                acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
                levels=levels)

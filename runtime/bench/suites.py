@@ -192,7 +192,9 @@ def suite_modes(args: argparse.Namespace) -> dict:
     """Every mode on the same KJV prompt at each context and temperature: decode ms/token,
     speedup over `ar`, acceptance per level, tokens per full-target pass. The target's prefill is
     computed once per context and reused by every mode (reported as target_prefill_s); each
-    mode's own prefill (drafter, retrieval selection) is its row's prefill_s."""
+    mode's own prefill (drafter, retrieval selection) is its row's prefill_s, and request_s adds
+    that, the --gamma auto probe and the decode: the request's seconds past the shared prefill
+    (request_speedup_vs_ar compares those)."""
     run = base_run(args, mode="triforce")
     engine = Engine(run, keep_prefill=True)
     rows, target_prefill = [], {}
@@ -208,6 +210,7 @@ def suite_modes(args: argparse.Namespace) -> dict:
                 ar_ms = ar_row["ms_per_token"]["median"] if ar_row else None
                 row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
                 row["speedup_vs_ar_paired"] = paired_speedup(ar_row, row)
+                row["request_speedup_vs_ar"] = speedup(ar_row and ar_row["request_s"]["median"], row["request_s"]["median"])
                 rows.append(row)
                 print(table_modes(dict(rows=[row])).splitlines()[-1], flush=True)
             if args.assisted and not args.rope_scaling:
@@ -235,9 +238,11 @@ def assisted_row(engine: Engine, ids: list[int], run: RunConfig, repeats: int, a
 def table_modes(report: dict) -> str:
     body = [[str(r["context"]), str(r["temperature"]), r["mode"], ms_cell(r["ms_per_token"]),
              fmt(r["speedup_vs_ar"], ".2f"), fmt(r.get("speedup_vs_ar_paired"), ".2f"), fmt(r["tokens_per_target_pass"], ".2f"),
-             acceptance_cell(r["acceptance"]), fmt(r["prefill_s"]["median"], ".2f")] for r in report["rows"]]
+             acceptance_cell(r["acceptance"]), fmt(r["prefill_s"]["median"], ".2f"),
+             fmt(r.get("request_s", {}).get("median"), ".2f"), fmt(r.get("request_speedup_vs_ar"), ".2f")]
+            for r in report["rows"]]
     table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "x ar (paired)", "tokens/target pass",
-                            "acceptance", "own prefill s"], body)
+                            "acceptance", "own prefill s", "request s", "request x ar"], body)
     if report.get("target_prefill_s"):
         table += ("\n\nTarget prefill, computed once per context and reused by every mode: "
                   + ", ".join(f"{k} tokens {v:.1f} s" for k, v in report["target_prefill_s"].items()) + ".")
