@@ -686,7 +686,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       }
   }
 #if TF_AMX
-  if (amx) amx_begin((int)tile_rows, HELD ? 6 : 5);
+  if (amx && !HELD) amx_begin((int)tile_rows, 5);   // held items configure per pass (below)
 #endif
   // keys of [n0, n0 + n) row r sees (negative: none)
   auto visible = [&](int64_t r, int64_t n0, int64_t n) { return std::min<int64_t>(sh.S - sh.T + (r0 + r) % sh.T - n0 + 1, n); };
