@@ -234,15 +234,13 @@ class Engine(Checkpoint):
         begin, cache = 0, level.cache
         if hasattr(cache, "skip"):
             sinks = min(cache.sinks, len(context))
-            begin = max(sinks, len(context) - cache.window)    # the first recent token kept
-            if begin > sinks:
+            recent = max(sinks, len(context) - cache.window)   # the first recent token kept
+            if recent > sinks:
                 level.feed(context[:sinks])
-                level.commit(context[:sinks])
-                cache.skip(begin - sinks)
-                level.cached = list(context[:begin])           # seen: the skipped ones evicted
+                cache.skip(recent - sinks)
+                level.cached = list(context[:recent])          # seen: the skipped ones evicted
                 level.commit(level.cached)
-            else:
-                begin = 0
+                begin = recent
         for end in range(begin + level.max_pass, len(context) + level.max_pass, level.max_pass):
             level.feed(context[:end])
             level.commit(context[:end])
