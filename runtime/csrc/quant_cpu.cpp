@@ -65,8 +65,21 @@ constexpr int INT8_GROUP_BYTES = GROUP * BLOCK;                   // 512
 constexpr int INT4_GROUP_BYTES = GROUP * BLOCK / 2 + 2 * BLOCK * 2;  // 256 nibbles + s, m bf16: 320
 // The hardware prefetcher alone leaves the weight stream stalling behind the products; 16 groups
 // (5 KB int4, 8 KB int8) ahead: all 121 linears of a pass, int4 layers + int8 head, 3-7% faster at
-// N = 1, 9-12% at N = 4, 16% at N = 8 (8 groups: about half that; alternating builds, round 7).
+// N = 1, 9-12% at N = 4, 16% at N = 8 (8 groups: about half that; alternating builds, round 7, on
+// a Zen 5, into L1). On Intel (a Xeon with AMX, round 18) the prefetches go to L2: into L1 they
+// hold the core's few line-fill buffers, and a pass's int4 linears plus the int8 head, streamed
+// from memory, ran 11% (N = 1) and 5-8% (N = 4) slower than with the L2 hint; one 35 MB int4
+// linear read at 18-19 GB/s with L1 prefetches and 23-25 (the plain read's rate) with L2 ones.
 constexpr int PREFETCH_GROUPS = 16;
+#if TF_AVX512
+const bool PREFETCH_L2 = [] { __builtin_cpu_init(); return !__builtin_cpu_is("amd"); }();
+inline void prefetch_weights(const uint8_t* p) {
+  if (PREFETCH_L2)
+    _mm_prefetch((const char*)p, _MM_HINT_T1);
+  else
+    _mm_prefetch((const char*)p, _MM_HINT_T0);
+}
+#endif
 
 bool has_avx512_vnni() { return TF_AVX512 != 0; }
 
@@ -138,7 +151,7 @@ inline void tile(const uint8_t* wb, const QuantRows& q, int64_t n0, __m512 acc[N
        // thread's run, or past the tensor, where a prefetch is dropped without a fault)
       constexpr int bytes = kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES;
       const uint8_t* f = wb + (g + PREFETCH_GROUPS) * bytes;
-      for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char*)(f + i), _MM_HINT_T0);
+      for (int i = 0; i < bytes; i += 64) prefetch_weights(f + i);
     }
     if constexpr (kInt4) {
       const uint8_t* p = wb + g * INT4_GROUP_BYTES;

@@ -1,0 +1,37 @@
+# Scratch harness, round 18 (run from the repository root, via docs/bench/speed-xeon-r17/alternate.sh):
+#   python docs/bench/speed-xeon-r18/real_order.py 7168 15 --out OUT
+# each middle-level (retrieval) pass timed right after a target pass of 5 tokens, as a decode round runs
+# them (the target evicts the middle level's weights), and again right after itself; medians in OUT.json.
+# real-order pass costs: each middle (retrieval) pass right after a target pass, as in a decode round
+import sys, statistics, time, argparse, torch, json
+from triforce.runtime.bench.passes import built_levels
+from triforce.runtime.bench.suites import base_run, prompt_ids
+from triforce.runtime.engine import Engine
+torch.set_num_threads(2)
+S = int(sys.argv[1]); out = sys.argv[sys.argv.index("--out") + 1]
+ap = argparse.ArgumentParser(); sub = ap.add_subparsers(dest="command")
+from triforce.runtime.bench import add_bench_parser
+add_bench_parser(sub)
+args = ap.parse_args(["bench", "--suite", "passes", "--dtypes", "bf16", "--threads", "2", "--corpus", "essays",
+                      "--budget", "1024", "--middle-weights", "int4", "--draft-weights", "int4", "--draft-vocab", "4096",
+                      "--rope-scaling", "yarn:4", "--contexts", str(S)])
+torch.inference_mode().__enter__()
+run = base_run(args, mode="triforce", temperature=0.0)
+engine = Engine(run)
+ids = prompt_ids(engine, args, S + 9)
+lv = built_levels(engine, run, ids, S)
+def pas(name, T=1):
+    level = lv[name]; n = level.cache.get_seq_length()
+    x = torch.tensor([ids[S - T + 1:S + 1]])
+    t = time.perf_counter(); level.model(x, level.cache); dt = time.perf_counter() - t
+    level.cache.crop(n); return dt * 1e3
+res = {}
+for rep in range(int(sys.argv[2])):
+    for T in (1, 2, 4):
+        res.setdefault(f"target_T5", []).append(pas("target", 5))
+        res.setdefault(f"retrieval_T{T}_after_target", []).append(pas("retrieval", T))
+        res.setdefault(f"retrieval_T{T}_second", []).append(pas("retrieval", T))
+        res.setdefault(f"drafter_T1", []).append(pas("drafter", 1))
+summary = {k: round(statistics.median(v), 3) for k, v in res.items()}
+print(json.dumps(summary))
+json.dump(dict(summary=summary, all=res), open(out + ".json", "w"))
