@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import torch
 
 from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
-                                    choose, corrected, expected_tokens, per_token_acceptance, seconds_per_token)
+                                    choose, corrected, expected_tokens, non_decreasing, per_token_acceptance,
+                                    seconds_per_token)
 from triforce.runtime.speculate import LevelStats, PassTimes
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
@@ -109,6 +110,19 @@ def test_corrected_costs_keep_the_probes_shape_at_the_runs_level():
     assert [T for T, _ in cost.points] == [1, 5, 6, 13]
     assert cost(1) == pytest.approx(0.010) and cost(6) == pytest.approx(0.015) and cost(13) == pytest.approx(0.020)
     assert corrected(probed, recent[:SEEN_PASSES - 1]) is probed      # too few passes: the probe stands
+
+
+def test_a_slow_probe_pass_is_lowered_to_the_longer_passes_time():
+    """Two of round 17's 32K probes (ms): one slow pass at T = 8, one at T = 1. Each is lowered to
+    the least time of a longer pass; a curve without such a pass is left as it is."""
+    slow_8 = ((1, 41.2), (2, 43.6), (4, 46.5), (5, 47.5), (6, 52.3), (8, 105.2), (12, 72.5), (13, 77.2))
+    assert non_decreasing(slow_8) == ((1, 41.2), (2, 43.6), (4, 46.5), (5, 47.5), (6, 52.3), (8, 72.5), (12, 72.5), (13, 77.2))
+    slow_1 = ((1, 95.6), (2, 45.4), (4, 47.9), (13, 74.1))
+    assert non_decreasing(slow_1) == ((1, 45.4), (2, 45.4), (4, 47.9), (13, 74.1))
+    clean = ((1, 22.2), (2, 23.0), (4, 23.6), (5, 24.3), (6, 25.4), (8, 26.7), (12, 31.1), (13, 32.3))
+    assert non_decreasing(clean) == clean
+    # the slow T = 8 priced γ2 = 7 (a pass of 8) above the 12 tokens' pass; lowered, it is cheaper
+    assert PassCost(slow_8)(8) > PassCost(slow_8)(12) and PassCost(non_decreasing(slow_8))(8) <= PassCost(non_decreasing(slow_8))(12)
 
 
 def test_pass_times_keep_the_last_window_of_passes():
