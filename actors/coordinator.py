@@ -72,6 +72,7 @@ class RayEngine(Engine):
         self.model = RemoteModel(self.group, self.cfg, self.device, TORCH_DTYPES[run.dtype])
         self.retries = run.ray_retries
         self.drafter = self.load_drafter(run) if run.mode in DRAFTER_MODES else None
+        self.pass_costs = {}   # as Engine's: --gamma auto's costs by request shape
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
         """The mode's levels (runtime/modes.py) with the target-weight caches in the shards: each

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -109,6 +110,7 @@ class Engine(Checkpoint):
 
     def __init__(self, run: RunConfig, keep_prefill: bool = False, context: int | None = None):
         self.open_checkpoint(run, keep_prefill)
+        self.pass_costs: dict[tuple, list] = {}   # --gamma auto: pass_cost_key -> the last such request's costs
         self.device = resolve_device(run.device)
         from triforce.offload.plan import placement_for_run
         self.placement = placement_for_run(self.cfg, run, self.device, context or self.cfg.max_context)
@@ -275,12 +277,16 @@ class Engine(Checkpoint):
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
         tuner = None
         if run.gamma == "auto" and len(stack) > 1:
-            tuner = GammaTuner.start(stack, auto_caps(len(stack), run.max_new_tokens))
+            caps = auto_caps(len(stack), run.max_new_tokens)
+            key = pass_cost_key(run, len(prompt_ids), caps)
+            tuner = GammaTuner.start(stack, caps, known=self.pass_costs.get(key))
             gammas = list(tuner.gammas)
         decoder = self.decoder(stack, gammas, list(prompt_ids), generator,
                                chain(rebuild_policy(run, len(prompt_ids)), tuner))
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
+        if tuner:
+            self.pass_costs[key] = tuner.costs
         n = len(gen.token_ids)
         placement = self.placement.for_request(run.on_chip_layers)
         target_passes = stack[-1].stats.passes
@@ -298,6 +304,16 @@ class Engine(Checkpoint):
 
 
 DRAFTER_MODES = ("spec", "triforce")
+
+
+def pass_cost_key(run: RunConfig, context: int, caps: tuple[int, ...]) -> tuple:
+    """What a request's pass costs depend on, for --gamma auto to reuse those of an earlier request
+    on the same engine instead of probing again (a batch job's records, a coordinator's requests):
+    the run's shape without its sampling, prompt and length, the γ caps, the threads, and the
+    context within 1/8 of an octave (±4%; the tuner rescales the costs by the run's own passes)."""
+    shape = dataclasses.replace(run, max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=0, seed=0, chat=False,
+                                prompt=None, prompt_file=None, kjv_books=(), question=None)
+    return shape, caps, torch.get_num_threads(), run.budget_for(context), round(8 * math.log2(max(context, 1)))
 _ARENA_IDS = itertools.count()
 
 

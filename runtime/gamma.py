@@ -173,6 +173,7 @@ class GammaTuner:
     costs: list[PassCost]                     # what the choice uses: probed, then corrected
     caps: tuple[int, ...]                     # largest γ per verifier
     probe_s: float = 0.0                      # seconds the start-up probe took
+    reused: bool = False                      # the costs are an earlier request's (no probe)
     gammas: tuple[int, ...] = ()
     predicted: float = 0.0                    # seconds per token of the current choice
     chosen: Counter = field(default_factory=Counter)
@@ -196,10 +197,14 @@ class GammaTuner:
             self.costs, self.choices = costs, {}
 
     @classmethod
-    def start(cls, stack, caps: tuple[int, ...]) -> "GammaTuner":
+    def start(cls, stack, caps: tuple[int, ...], known: list[PassCost] | None = None) -> "GammaTuner":
+        """known: the costs an earlier request of the same shape ended with (Engine.pass_costs,
+        keyed by engine.pass_cost_key): no probe then (0.25 s at 7K, 0.55 s at 32K here), and the
+        run's passes rescale them as they would the probe's."""
         start = time.perf_counter()
-        costs = probe_pass_costs(stack, caps)
-        tuner = cls(stack, costs, caps, probe_s=time.perf_counter() - start)
+        costs = list(known) if known is not None else probe_pass_costs(stack, caps)
+        tuner = cls(stack, costs, caps, probe_s=0.0 if known is not None else time.perf_counter() - start,
+                    reused=known is not None)
         tuner.pick()
         return tuner
 
@@ -252,11 +257,11 @@ class GammaTuner:
         reason = (f"gammas {list(self.gammas)}: predicted {1000 * self.predicted:.1f} ms/token against "
                   f"{1000 * ar:.1f} for the target alone, from acceptance "
                   + ", ".join(f"{n} {a:.2f}" for n, a in zip(names[1:], self.alphas()))
-                  + " and pass costs measured at start-up"
+                  + (" and pass costs an earlier request measured" if self.reused else " and pass costs measured at start-up")
                   + (", corrected by the passes run since" if self.costs != self.probed else ""))
         return {"gamma": dict(
             policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3),
-            target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4),
+            target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4), probe_reused=self.reused,
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},

@@ -212,4 +212,26 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
         assert g["policy"] == "auto" and len(g["gammas"]) == (2 if mode == "triforce" else 1), mode
         assert sum(g["rounds_per_choice"].values()) >= 1 and "predicted" in g["reason"]
         assert set(g["pass_ms"]) == set(result.stats["levels"]) and g["pass_ms"]["target"]["1"] > 0
+        assert not g["probe_reused"] and g["probe_s"] > 0, mode               # each mode's first request probes
     assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", **base)).stats
+    # a second request of the same shape (another seed, another temperature) takes the first one's costs
+    again = engine.generate(ids, RunConfig(mode="triforce", gamma="auto", **base))
+    g = again.stats["gamma"]
+    assert again.token_ids == expected and g["probe_reused"] and g["probe_s"] == 0 and "earlier request" in g["reason"]
+    sampled = engine.generate(ids, RunConfig(mode="triforce", gamma="auto", temperature=0.6, seed=3, **base))
+    assert sampled.stats["gamma"]["probe_reused"]
+    # half the context is another shape: probed again
+    shorter = engine.generate(ids[:151], RunConfig(mode="triforce", gamma="auto", **base))
+    assert not shorter.stats["gamma"]["probe_reused"] and shorter.stats["gamma"]["probe_s"] > 0
+
+
+def test_pass_cost_key_follows_what_a_pass_costs():
+    from triforce.runtime.config import RunConfig
+    from triforce.runtime.engine import pass_cost_key
+    run = RunConfig(mode="triforce", gamma="auto", middle_weights="int4")
+    key = pass_cost_key(run, 7168, (4, 12))
+    same = RunConfig(mode="triforce", gamma="auto", middle_weights="int4", temperature=0.6, seed=9, max_new_tokens=64,
+                     prompt="another prompt")
+    assert pass_cost_key(same, 7168, (4, 12)) == key and pass_cost_key(run, 7000, (4, 12)) == key   # the same 1/8 octave
+    assert pass_cost_key(run, 8192, (4, 12)) != key and pass_cost_key(run, 7168, (4, 5)) != key
+    assert pass_cost_key(RunConfig(mode="triforce", gamma="auto", middle_weights="int8"), 7168, (4, 12)) != key

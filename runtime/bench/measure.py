@@ -34,7 +34,10 @@ def no_eos(engine: Engine):
 
 
 def generate_unstopped(engine: Engine, ids: list[int], run: RunConfig) -> Result:
-    """engine.generate that decodes exactly run.max_new_tokens tokens."""
+    """engine.generate that decodes exactly run.max_new_tokens tokens, as a first request: under
+    --gamma auto it probes the pass costs as a one-shot `triforce generate` does (the costs an
+    earlier request left on the engine are dropped), so `request_s` counts the probe."""
+    engine.pass_costs.clear()
     with no_eos(engine), torch.inference_mode():
         return engine.generate(ids, run)
 
