@@ -279,7 +279,7 @@ class Engine(Checkpoint):
         if run.gamma == "auto" and len(stack) > 1:
             caps = auto_caps(len(stack), run.max_new_tokens)
             key = pass_cost_key(run, len(prompt_ids), caps)
-            tuner = GammaTuner.start(stack, caps, known=self.pass_costs.get(key))
+            tuner = GammaTuner.start(stack, caps, run.max_new_tokens, known=self.pass_costs.get(key))
             gammas = list(tuner.gammas)
         decoder = self.decoder(stack, gammas, list(prompt_ids), generator,
                                chain(rebuild_policy(run, len(prompt_ids)), tuner))

@@ -35,12 +35,16 @@ EXPLORE_TOKENS = 12         # a level proposes at least 1 token, when its verifi
 REPROBE_ROUNDS = 32         # ... and again once it has drafted nothing for this many rounds (a level switched off
                             # gathers no evidence: an unlucky first sample, or text that changed, would keep it off)
 ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (choices are memoized)
-# Pass lengths timed once each at start-up (up to each level's γ cap + 1, after one untimed pass that
-# warms the level's caches), between them linear. A CPU pass's cost steps where its query rows need
+# Pass lengths timed once each at start-up (1, 2, 4, 5, 6, 8, 12 and each level's γ cap + 1, after one
+# untimed pass that warms the level's caches), between them linear. A CPU pass's cost steps where its query rows need
 # one more tile (the AMX kernel: T = 6 for G = 3, 18 rows; at 8K the target took 27.6 ms at T = 5 and
 # 32.6 at T = 6: docs/BENCHMARKS.md, round 14), so 5 and 6 are both timed. The probe gives the shape;
 # the passes the run makes give the level (corrected, every REFRESH_ROUNDS rounds).
-PROBE_POINTS = (1, 2, 4, 5, 6, 8, 12, 16)
+# A short request times fewer lengths: about PROBE_SHARE of its tokens' worth of passes, at least T = 1
+# and the largest, then in the order below (a 32-token request at 7K paid 0.26 s of probe against a
+# 0.4 s decode: docs/BENCHMARKS.md, round 17; 128 tokens and more time every length).
+PROBE_ORDER = (5, 6, 2, 8, 12, 4)        # after 1 and the largest
+PROBE_SHARE = 1 / 16
 REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by the passes run since
 SEEN_PASSES = 8             # passes of a level before its probed costs are rescaled
 
@@ -113,15 +117,23 @@ def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> 
     return min(((g, seconds_per_token(costs, alphas, g, memo)) for g in itertools.product(*allowed)), key=lambda c: c[1])
 
 
-def probe_pass_costs(stack, caps: tuple[int, ...]) -> list[PassCost]:
-    """Times T-token passes of every level on its real, filled cache (rolled back after each), for
-    T in PROBE_POINTS up to the level's largest pass (γ cap + 1; 1 for the bottom level), after one
+def probe_lengths(largest: int, new_tokens: int) -> list[int]:
+    """The pass lengths a probe times for a level whose largest pass is `largest`, for a request of
+    `new_tokens`: 1, the largest and PROBE_ORDER's below it, as many as PROBE_SHARE of the tokens
+    (at least the first two), ascending."""
+    order = list(dict.fromkeys([1, largest] + [t for t in PROBE_ORDER if t < largest]))
+    return sorted(order[:max(2, round(new_tokens * PROBE_SHARE))])
+
+
+def probe_pass_costs(stack, caps: tuple[int, ...], new_tokens: int) -> list[PassCost]:
+    """Times T-token passes of every level on its real, filled cache (rolled back after each), at
+    the probe_lengths up to the level's largest pass (γ cap + 1; 1 for the bottom level), after one
     untimed pass: its first passes after the prefill run slower (caches hold the other levels')."""
     costs = []
     saved = [lv.cache.last_query.clone() if hasattr(lv.cache, "last_query") else None for lv in stack]
     for i, level in enumerate(stack):
         largest = 1 if i == 0 else caps[i - 1] + 1
-        lengths = sorted({t for t in PROBE_POINTS if t <= largest} | {largest})
+        lengths = probe_lengths(largest, new_tokens)
         points = []
         for T in [lengths[0]] + lengths:   # the first one warms up
             x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
@@ -197,12 +209,12 @@ class GammaTuner:
             self.costs, self.choices = costs, {}
 
     @classmethod
-    def start(cls, stack, caps: tuple[int, ...], known: list[PassCost] | None = None) -> "GammaTuner":
+    def start(cls, stack, caps: tuple[int, ...], new_tokens: int, known: list[PassCost] | None = None) -> "GammaTuner":
         """known: the costs an earlier request of the same shape ended with (Engine.pass_costs,
         keyed by engine.pass_cost_key): no probe then (0.25 s at 7K, 0.55 s at 32K here), and the
         run's passes rescale them as they would the probe's."""
         start = time.perf_counter()
-        costs = list(known) if known is not None else probe_pass_costs(stack, caps)
+        costs = list(known) if known is not None else probe_pass_costs(stack, caps, new_tokens)
         tuner = cls(stack, costs, caps, probe_s=0.0 if known is not None else time.perf_counter() - start,
                     reused=known is not None)
         tuner.pick()

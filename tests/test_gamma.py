@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
-                                    choose, corrected, expected_tokens, non_decreasing, per_token_acceptance,
+                                    choose, corrected, expected_tokens, non_decreasing, per_token_acceptance, probe_lengths,
                                     seconds_per_token)
 from triforce.runtime.speculate import LevelStats, PassTimes
 
@@ -123,6 +123,14 @@ def test_a_slow_probe_pass_is_lowered_to_the_longer_passes_time():
     assert non_decreasing(clean) == clean
     # the slow T = 8 priced γ2 = 7 (a pass of 8) above the 12 tokens' pass; lowered, it is cheaper
     assert PassCost(slow_8)(8) > PassCost(slow_8)(12) and PassCost(non_decreasing(slow_8))(8) <= PassCost(non_decreasing(slow_8))(12)
+
+
+def test_a_short_request_probes_fewer_lengths():
+    """128 tokens and more: every length up to the largest pass; fewer tokens, fewer lengths (1 and
+    the largest at least, the step at 5-6 next); a level that only samples times T = 1."""
+    assert probe_lengths(13, 128) == [1, 2, 4, 5, 6, 8, 12, 13] == probe_lengths(13, 4096)
+    assert probe_lengths(13, 64) == [1, 5, 6, 13] and probe_lengths(13, 32) == [1, 13] == probe_lengths(13, 2)
+    assert probe_lengths(5, 128) == [1, 2, 4, 5] and probe_lengths(5, 32) == [1, 5] and probe_lengths(1, 128) == [1]
 
 
 def test_pass_times_keep_the_last_window_of_passes():
