@@ -2,24 +2,12 @@
 #   python docs/bench/speed-xeon-r18/real_order.py 7168 15 --out OUT
 # each middle-level (retrieval) pass timed right after a target pass of 5 tokens, as a decode round runs
 # them (the target evicts the middle level's weights), and again right after itself; medians in OUT.json.
-# real-order pass costs: each middle (retrieval) pass right after a target pass, as in a decode round
-import sys, statistics, time, argparse, torch, json
-from triforce.runtime.bench.passes import built_levels
-from triforce.runtime.bench.suites import base_run, prompt_ids
-from triforce.runtime.engine import Engine
-torch.set_num_threads(2)
+import os, sys, statistics, time, torch, json
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "harness"))
+from levels import levels_at
 S = int(sys.argv[1]); out = sys.argv[sys.argv.index("--out") + 1]
-ap = argparse.ArgumentParser(); sub = ap.add_subparsers(dest="command")
-from triforce.runtime.bench import add_bench_parser
-add_bench_parser(sub)
-args = ap.parse_args(["bench", "--suite", "passes", "--dtypes", "bf16", "--threads", "2", "--corpus", "essays",
-                      "--budget", "1024", "--middle-weights", "int4", "--draft-weights", "int4", "--draft-vocab", "4096",
-                      "--rope-scaling", "yarn:4", "--contexts", str(S)])
 torch.inference_mode().__enter__()
-run = base_run(args, mode="triforce", temperature=0.0)
-engine = Engine(run)
-ids = prompt_ids(engine, args, S + 9)
-lv = built_levels(engine, run, ids, S)
+ids, lv = levels_at(S)
 def pas(name, T=1):
     level = lv[name]; n = level.cache.get_seq_length()
     x = torch.tensor([ids[S - T + 1:S + 1]])
