@@ -314,6 +314,8 @@ def pass_cost_key(run: RunConfig, context: int, caps: tuple[int, ...]) -> tuple:
     shape = dataclasses.replace(run, max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=0, seed=0, chat=False,
                                 prompt=None, prompt_file=None, kjv_books=(), question=None)
     return shape, caps, torch.get_num_threads(), run.budget_for(context), round(8 * math.log2(max(context, 1)))
+
+
 _ARENA_IDS = itertools.count()
 
 

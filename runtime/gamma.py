@@ -41,8 +41,8 @@ ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (c
 # 32.6 at T = 6: docs/BENCHMARKS.md, round 14), so 5 and 6 are both timed. The probe gives the shape;
 # the passes the run makes give the level (corrected, every REFRESH_ROUNDS rounds).
 # A short request times fewer lengths: about PROBE_SHARE of its tokens' worth of passes, at least T = 1
-# and the largest, then in the order below (a 32-token request at 7K paid 0.26 s of probe against a
-# 0.4 s decode: docs/BENCHMARKS.md, round 17; 128 tokens and more time every length).
+# and the largest, then in the order below (at 2K a 32-token request paid 0.20-0.24 s of probe against
+# a 0.4 s decode, 0.07-0.08 s now: docs/BENCHMARKS.md, round 18; 128 tokens and more time every length).
 PROBE_ORDER = (5, 6, 2, 8, 12, 4)        # after 1 and the largest
 PROBE_SHARE = 1 / 16
 REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by the passes run since
