@@ -49,11 +49,12 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512BF16__)
-#define TF_AVX512 1
-#include <immintrin.h>
+#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and cpu_is_amd
+// The kernels also need avx512_vnni (vpdpbusd).
+#if TF_AVX512 && defined(__AVX512VNNI__)
+#define TF_VNNI 1
 #else
-#define TF_AVX512 0
+#define TF_VNNI 0
 #endif
 
 namespace {
@@ -71,8 +72,8 @@ constexpr int INT4_GROUP_BYTES = GROUP * BLOCK / 2 + 2 * BLOCK * 2;  // 256 nibb
 // from memory, ran 11% (N = 1) and 5-8% (N = 4) slower than with the L2 hint; one 35 MB int4
 // linear read at 18-19 GB/s with L1 prefetches and 23-25 (the plain read's rate) with L2 ones.
 constexpr int PREFETCH_GROUPS = 16;
-#if TF_AVX512
-const bool PREFETCH_L2 = [] { __builtin_cpu_init(); return !__builtin_cpu_is("amd"); }();
+#if TF_VNNI
+const bool PREFETCH_L2 = !cpu_is_amd();
 inline void prefetch_weights(const uint8_t* p) {
   if (PREFETCH_L2)
     _mm_prefetch((const char*)p, _MM_HINT_T1);
@@ -81,9 +82,9 @@ inline void prefetch_weights(const uint8_t* p) {
 }
 #endif
 
-bool has_avx512_vnni() { return TF_AVX512 != 0; }
+bool has_avx512_vnni() { return TF_VNNI != 0; }
 
-#if TF_AVX512
+#if TF_VNNI
 // x rows quantized per group: xq [N, G*32] int8 (zero past K), and per row and group the scale sx,
 // xqsum = sum(xq) (for the weights' offset) and xsum = sum(x) in fp32 (int4's zero term).
 struct QuantRows {
@@ -257,7 +258,7 @@ torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packe
   }
   auto y = torch::empty(out_sizes, x.options());       // [..., O], written as [N, O]
   if (N == 0 || O == 0) return y;
-#if TF_AVX512
+#if TF_VNNI
   const auto* wp = packed.data_ptr<uint8_t>();
   const float* sp = scales ? scales->data_ptr<float>() : nullptr;
   const float* bp = b32.defined() ? b32.data_ptr<float>() : nullptr;

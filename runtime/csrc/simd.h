@@ -1,7 +1,7 @@
 // The AVX-512 feature guard and vector helpers shared by the attention and layer kernels.
 // TF_AVX512 is 1 where the build targets avx512f, avx512bw and avx512_bf16 (-march=native on such
 // a CPU), else 0 (the portable build): the kernels then compile their scalar paths only.
-// (quant_cpu.cpp has its own guard: it also needs avx512_vnni.)
+// (quant_cpu.cpp's TF_VNNI adds avx512_vnni to it.)
 #pragma once
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
