@@ -238,7 +238,7 @@ def plan_for_run(cfg: ModelConfig, run: RunConfig, context: int, device: torch.d
     """The plan `offload: auto` applies for an in-process run on `device`: one GPU (the engine's),
     or the CPU. weights_offloaded: the weights' placement when the flags fix it (offload_weights)."""
     m = probe_machine(1) if device.type == "cuda" else probe_machine(0)
-    return plan(cfg, m, run.dtype, max(context, 1), run.gamma1, budget=run.budget_for(context),
+    return plan(cfg, m, run.dtype, max(context, 1), run.gammas[0], budget=run.budget_for(context),
                 weights_offloaded=weights_offloaded)
 
 

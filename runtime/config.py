@@ -165,6 +165,8 @@ DTYPES = ("fp32", "bf16", "fp16")
 BACKENDS = ("local", "ray")
 MODES = ("ar", "spec", "retrieval", "streaming", "triforce")  # see runtime/speculate.py
 WEIGHT_KINDS = ("same", "int8", "int4")  # lower levels' weights (runtime/quant.py)
+GAMMAS = (2, 6)  # gamma1, gamma2 when gamma is fixed and they are not set
+AUTO_DRAFT_VOCAB = 4096  # the drafter head's size when draft_vocab is auto (RunConfig.lower_levels)
 AUTO_BUDGET = (1024, 4096)  # the retrieval budget RunConfig.budget_for picks when none is set: its bounds
 
 
@@ -188,10 +190,12 @@ class RunConfig:
     question: str | None = None     # asked before and after the prompt's text (long-context QA jobs)
     # --- speculation (modes spec, retrieval, streaming, triforce) ---
     draft_model: str | None = None  # drafter checkpoint; None = the embedded drafter of the default target
-    gamma1: int = 2                 # tokens the drafter proposes per round to the middle level (triforce)
-    gamma2: int = 6                 # tokens proposed per round to the full target (all speculative modes)
-    gamma: str = "fixed"            # fixed: gamma1/gamma2 as given | auto: chosen each round from pass costs
-                                    # measured at start-up and the running acceptance (runtime/gamma.py)
+    gamma1: int | None = None       # tokens the drafter proposes per round to the middle level (triforce;
+                                    # None: GAMMAS[0], `gammas`)
+    gamma2: int | None = None       # tokens proposed per round to the full target (all speculative modes; None: GAMMAS[1])
+    gamma: str | None = None        # fixed: gamma1/gamma2 as given | auto: chosen each round from pass costs
+                                    # measured at start-up and the running acceptance (runtime/gamma.py);
+                                    # None: gamma_auto decides (auto for greedy requests without gammas set)
     draft_sinks: int = 16           # drafter StreamingLLM cache: sink tokens
     draft_window: int = 240         # drafter StreamingLLM cache: recent tokens
     retrieval_budget: int | None = None  # middle-level KV budget in tokens (also the `streaming` mode's cache);
@@ -200,9 +204,12 @@ class RunConfig:
     retrieval_recent: int | None = None  # of the budget, tokens at the end of the context always kept
                                          # (None: min(256, budget // 4))
     retrieval_rebuild: str = "never"  # never | every:N (tokens) | below:X (acceptance over recent rounds)
-    middle_weights: str = "same"    # the middle (retrieval) level's weights: same | int8 | int4 (a quantized copy)
-    draft_weights: str = "same"     # the drafter's weights: same | int8 | int4 (a quantized copy)
-    draft_vocab: int = 0            # drafter head pruned to the N most frequent corpus tokens; 0 = full vocabulary
+    middle_weights: str = "auto"    # the middle (retrieval) level's weights: same | int8 | int4 (a quantized copy)
+                                    # | auto (lower_levels: int4 where that was measured faster, else same)
+    draft_weights: str = "auto"     # the drafter's weights: same | int8 | int4 | auto (as middle_weights)
+    draft_vocab: int | str = "auto" # drafter head pruned to the N most frequent corpus tokens; 0 = full vocabulary;
+                                    # auto: AUTO_DRAFT_VOCAB where the lower levels are int4 and the drafter
+                                    # recorded its corpus's counts, else 0 (lower_levels)
     # --- offloading (offload/) ---
     on_chip_layers: int | None = None  # layers whose full KV stays on the device; the rest live in the
                                        # host tier and stream per layer (None = all on the device)
@@ -218,6 +225,22 @@ class RunConfig:
     ray_cpus: float = 1.0           # ray: CPUs reserved per shard actor and for the coordinator
     ray_retries: int = 2            # ray: shard restarts allowed per step before the request fails
 
+    @property
+    def gammas(self) -> tuple[int, int]:
+        """(gamma1, gamma2) as set, else GAMMAS (under gamma auto: the tuner's caps, set by the engine)."""
+        return (GAMMAS[0] if self.gamma1 is None else self.gamma1, GAMMAS[1] if self.gamma2 is None else self.gamma2)
+
+    @property
+    def gamma_auto(self) -> bool:
+        """Whether the gammas are chosen from measured pass costs. `gamma` unset: fixed if gamma1 or
+        gamma2 is set (what such runs did before auto became a default), else auto for greedy
+        requests, whose tokens no gamma changes, and fixed for sampled ones: the tuner's choices
+        follow timings, and with them which random draws a round makes, so a seed reproduces
+        sampled output only with fixed gammas (`--gamma auto` trades that for speed)."""
+        if self.gamma is not None:
+            return self.gamma == "auto"
+        return self.gamma1 is None and self.gamma2 is None and self.temperature == 0
+
     def validate(self) -> "RunConfig":
         if self.dtype not in DTYPES:
             raise UserError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
@@ -228,7 +251,7 @@ class RunConfig:
         if self.prefill_chunk < 1:
             raise UserError(f"prefill_chunk {self.prefill_chunk} must be at least 1")
         for name in ("gamma1", "gamma2", "draft_window", "chunk_size", "batch_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UserError(f"{name} {getattr(self, name)} must be at least 1")
         budget = self.budget_for(0)   # the budget set, or the smallest one budget_for picks
         if not 0 <= self.recent_for(budget) <= budget // 2:
@@ -239,21 +262,23 @@ class RunConfig:
         if budget < 2 * self.chunk_size:
             raise UserError(f"retrieval_budget {budget} must hold at least two chunks of chunk_size {self.chunk_size}")
         for name in ("middle_weights", "draft_weights"):
-            if getattr(self, name) not in WEIGHT_KINDS:
-                raise UserError(f"{name} {getattr(self, name)!r} is not one of {', '.join(WEIGHT_KINDS)} "
+            if getattr(self, name) not in WEIGHT_KINDS + ("auto",):
+                raise UserError(f"{name} {getattr(self, name)!r} is not one of {', '.join(WEIGHT_KINDS)} or auto "
                                 "(same = the model's own weights)")
-        if isinstance(self.draft_vocab, bool) or not isinstance(self.draft_vocab, int) or self.draft_vocab < 0:
-            raise UserError(f"draft_vocab {self.draft_vocab!r} must be an integer >= 0 (0 = the full vocabulary)")
-        lower = self.middle_weights != "same" or self.draft_weights != "same" or self.draft_vocab
+        if self.draft_vocab != "auto" and (isinstance(self.draft_vocab, bool) or not isinstance(self.draft_vocab, int)
+                                           or self.draft_vocab < 0):
+            raise UserError(f"draft_vocab {self.draft_vocab!r} must be an integer >= 0 (0 = the full vocabulary) or auto")
+        lower = self.middle_weights not in ("same", "auto") or self.draft_weights not in ("same", "auto") or \
+            self.draft_vocab not in (0, "auto")
         if lower and self.backend == "ray":
             raise UserError("middle_weights, draft_weights and draft_vocab are not wired into --backend ray yet; "
                             "run them with --backend local")
-        if self.middle_weights != "same" and (self.offload_weights or self.offload != "none"):
+        if self.middle_weights not in ("same", "auto") and (self.offload_weights or self.offload != "none"):
             raise UserError(f"middle_weights {self.middle_weights} with offload_weights / offload auto is not "
                             "supported (the quantized copy needs resident weights); use middle_weights same")
         if self.on_chip_layers is not None and self.on_chip_layers < 0:
             raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
-        if self.gamma not in ("fixed", "auto"):
+        if self.gamma not in (None, "fixed", "auto"):
             raise UserError(f"gamma {self.gamma!r} must be fixed (use gamma1/gamma2) or auto")
         if self.offload not in ("none", "auto"):
             raise UserError(f"offload {self.offload!r} must be none or auto")
@@ -283,6 +308,22 @@ class RunConfig:
             return self.retrieval_budget
         low, high = AUTO_BUDGET
         return min(high, max(low, context * 4096 // 120_000)) // self.chunk_size * self.chunk_size
+
+    def lower_levels(self, quantized: bool, counted: bool) -> "RunConfig":
+        """This run with its "auto" lower-level settings made concrete (explicit ones are kept).
+        `quantized`: the model runs where the native int8/int4 kernels do (a CPU with avx512_vnni);
+        `counted`: the drafter recorded its distillation corpus's token counts. There, with the
+        local backend and resident weights, auto is what docs/BENCHMARKS.md measured fastest: int4
+        copies of the middle level and the drafter, the drafter's head pruned to AUTO_DRAFT_VOCAB
+        (at 7K, fp32, greedy: `triforce` 1.7x `ar` against 1.0x on the model's own weights, round
+        19). Elsewhere (a GPU, Ray, offloaded weights, where none of it is wired or measured):
+        the model's own weights and the full vocabulary."""
+        cheap = quantized and self.backend == "local" and not self.offload_weights and self.offload == "none"
+        kind = "int4" if cheap else "same"
+        return dataclasses.replace(
+            self, middle_weights=kind if self.middle_weights == "auto" else self.middle_weights,
+            draft_weights=kind if self.draft_weights == "auto" else self.draft_weights,
+            draft_vocab=(AUTO_DRAFT_VOCAB if cheap and counted else 0) if self.draft_vocab == "auto" else self.draft_vocab)
 
     def recent_for(self, budget: int) -> int:
         """Tokens at the end of the context a retrieval cache of `budget` always keeps."""

@@ -157,11 +157,24 @@ class Engine(Checkpoint):
         self.draft_dir = draft_dir
         return pack_linears(fuse_projections(load_model(draft_dir, run.dtype, self.device, draft_cfg)))
 
+    def lower_levels(self, run: RunConfig) -> RunConfig:
+        """run with its auto lower-level settings made concrete here (RunConfig.lower_levels): by
+        this engine's device, dtype and weight placement (streamed weights have no quantized
+        copies), and whether the drafter loaded so far recorded its
+        corpus's token counts (only the drafter's own level reads draft_vocab, after its load)."""
+        from triforce.runtime.quant import native_kernels_run
+        from triforce.runtime.vocab import COUNTS_FILE
+        draft_dir = getattr(self, "draft_dir", None)
+        quantized = run.backend == "local" and not self.placement.weights_streamed and native_kernels_run(self.model)
+        return run.lower_levels(quantized=quantized,
+                                counted=draft_dir is not None and (Path(draft_dir) / COUNTS_FILE).is_file())
+
     def level_model(self, run: RunConfig, role: str) -> Transformer:
         """The model a lower level runs on: the target for role "middle", the drafter for "drafter",
         each as a quantized and/or vocabulary-pruned copy when run says so (built once per setting
         and kept). The full target never goes through here: it always runs on its own weights."""
         from triforce.runtime.quant import lower_level_copy
+        run = self.lower_levels(run)
         if role == "middle":
             source, weights, vocab = self.model, run.middle_weights, 0
         else:
@@ -260,9 +273,10 @@ class Engine(Checkpoint):
         self.check_length(len(prompt_ids), run.max_new_tokens)
         if run.mode in DRAFTER_MODES and self.drafter is None:
             self.drafter = self.load_drafter(run)
-        if run.gamma == "auto":  # caches sized for the largest gammas the tuner may pick
+        run = self.lower_levels(run)
+        if run.gamma_auto:  # caches sized for the largest gammas the tuner may pick
             caps = auto_caps(len(mode_levels(run, 1)[0]), run.max_new_tokens)
-            run = dataclasses.replace(run, gamma1=max(caps[0], 1), gamma2=max(caps[-1], 1))
+            run = dataclasses.replace(run, gamma="auto", gamma1=max(caps[0], 1), gamma2=max(caps[-1], 1))
         stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
         for level in stack:  # any level's passes may stream weights; the target's also KV
             level.traffic = self.copier.traffic if self.copier else None
@@ -276,7 +290,7 @@ class Engine(Checkpoint):
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
         _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
         tuner = None
-        if run.gamma == "auto" and len(stack) > 1:
+        if run.gamma_auto and len(stack) > 1:
             caps = auto_caps(len(stack), run.max_new_tokens)
             key = pass_cost_key(run, len(prompt_ids), caps)
             tuner = GammaTuner.start(stack, caps, run.max_new_tokens, known=self.pass_costs.get(key))
@@ -311,7 +325,7 @@ def pass_cost_key(run: RunConfig, context: int, caps: tuple[int, ...]) -> tuple:
     on the same engine instead of probing again (a batch job's records, a coordinator's requests):
     the run's shape without its sampling, prompt and length, the γ caps, the threads, and the
     context within 1/8 of an octave (±4%; the tuner rescales the costs by the run's own passes)."""
-    shape = dataclasses.replace(run, max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=0, seed=0, chat=False,
+    shape = dataclasses.replace(run, gamma="auto", max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=0, seed=0, chat=False,
                                 prompt=None, prompt_file=None, kjv_books=(), question=None)
     return shape, caps, torch.get_num_threads(), run.budget_for(context), round(8 * math.log2(max(context, 1)))
 
@@ -364,7 +378,7 @@ def rebuild_policy(run: RunConfig, prompt_tokens: int):
         tokens = len(decoder.seq)
         drafted, accepted = target.stats.drafted - since["drafted"], target.stats.accepted - since["accepted"]
         due = (kind == "every" and tokens - since["tokens"] >= value) or \
-              (kind == "below" and drafted >= 4 * run.gamma2 and accepted / drafted < value)
+              (kind == "below" and drafted >= 4 * run.gammas[1] and accepted / drafted < value)
         if due:
             rebuild_retrieval(middle, target, target.safe)
             middle.stats.rebuilds += 1

@@ -54,7 +54,8 @@ class LevelSpec:
 
 def mode_levels(run: RunConfig, capacity: int) -> tuple[list[LevelSpec], list[int]]:
     """run.mode's levels, smallest proposer first, and the gammas between them."""
-    scratch = run.gamma1 + run.gamma2 + 2
+    gamma1, gamma2 = run.gammas
+    scratch = gamma1 + gamma2 + 2
 
     def streaming(name: str, model: str, sinks: int, window: int) -> LevelSpec:
         return LevelSpec(name, model, CacheSpec("streaming", sinks=sinks, window=window, scratch=scratch),
@@ -64,19 +65,19 @@ def mode_levels(run: RunConfig, capacity: int) -> tuple[list[LevelSpec], list[in
     budget = run.budget_for(capacity)
     retrieval = LevelSpec("retrieval", "target", CacheSpec(
         "retrieval", capacity=capacity, budget=budget, chunk=run.chunk_size,
-        generated=run.max_new_tokens + run.gamma2 + 2, recent=run.recent_for(budget)), run.prefill_chunk)
+        generated=run.max_new_tokens + gamma2 + 2, recent=run.recent_for(budget)), run.prefill_chunk)
     target = LevelSpec("target", "target", CacheSpec("full", capacity=capacity, on_chip=run.on_chip_layers),
                        run.prefill_chunk)
     if run.mode == "ar":
         return [target], []
     if run.mode == "spec":
-        return [drafter, target], [run.gamma2]
+        return [drafter, target], [gamma2]
     if run.mode == "retrieval":
-        return [retrieval, target], [run.gamma2]
+        return [retrieval, target], [gamma2]
     if run.mode == "streaming":   # the paper's ablation: the target on a StreamingLLM cache of the budget's size
         sinks = min(run.draft_sinks, budget // 2)
-        return [streaming("streaming", "target", sinks, budget - sinks), target], [run.gamma2]
-    return [drafter, retrieval, target], [run.gamma1, run.gamma2]
+        return [streaming("streaming", "target", sinks, budget - sinks), target], [gamma2]
+    return [drafter, retrieval, target], [gamma1, gamma2]
 
 
 def make_cache(spec: CacheSpec, cfg: ModelConfig, rope, device: torch.device, dtype: torch.dtype):

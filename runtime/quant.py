@@ -45,6 +45,13 @@ def _native_kernels():
     return module if module is not None and module.has_avx512_vnni() else None
 
 
+def native_kernels_run(model: nn.Module) -> bool:
+    """Whether `model`'s quantized copies would run the native kernels (its device a CPU with
+    them, its dtype one they take): where `auto` lower levels are int4 (RunConfig.lower_levels)."""
+    p = next(model.parameters())
+    return p.device.type == "cpu" and p.dtype in NATIVE_DTYPES and _native_kernels() is not None
+
+
 def _pad(w: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """w [O, K] fp32 zero-padded to [rows, cols]."""
     out = w.new_zeros(rows, cols)

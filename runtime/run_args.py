@@ -27,21 +27,26 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR with TYPE linear|dynamic|yarn, e.g. yarn:4")
     p.add_argument("--draft-model", help="drafter checkpoint sharing the target's tokenizer (modes spec, triforce; "
                    "default: the embedded drafter of the default target)")
-    p.add_argument("--gamma1", type=int, help="tokens the drafter proposes per round to the middle level (triforce)")
+    p.add_argument("--gamma1", type=int, help="tokens the drafter proposes per round to the middle level (triforce; "
+                   "setting it or --gamma2 without --gamma means --gamma fixed)")
     p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
-    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: pick gamma1/gamma2 each round from pass costs "
-                   "measured at start-up and the running acceptance (0 = that level off; the choice is in stats.gamma)")
+    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto (the default unless --gamma1/--gamma2 are set): "
+                   "pick gamma1/gamma2 each round from pass costs measured at start-up and the running acceptance "
+                   "(0 = that level off; the choice is in stats.gamma); fixed: --gamma1/--gamma2, default 2 and 6")
     p.add_argument("--retrieval-budget", type=int,
                    help="middle-level KV budget in tokens (default: about 3.4%% of the context, 1024-4096)")
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
     p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")
-    p.add_argument("--middle-weights", choices=WEIGHT_KINDS, help="middle (retrieval) level on a weight-only "
-                   "quantized copy of the target (retrieval, triforce); the full target keeps its own weights")
-    p.add_argument("--draft-weights", choices=WEIGHT_KINDS, help="drafter on a weight-only quantized copy "
-                   "(spec, triforce)")
-    p.add_argument("--draft-vocab", type=int, help="drafter head pruned to the N most frequent tokens of its "
-                   "distillation corpus (0 = full vocabulary); output stays exact")
+    p.add_argument("--middle-weights", choices=WEIGHT_KINDS + ("auto",), help="middle (retrieval) level on a weight-only "
+                   "quantized copy of the target (retrieval, triforce); the full target keeps its own weights. "
+                   "auto (default): int4 on a CPU with the native int8/int4 kernels (local backend, resident "
+                   "weights), else same")
+    p.add_argument("--draft-weights", choices=WEIGHT_KINDS + ("auto",), help="drafter on a weight-only quantized copy "
+                   "(spec, triforce); auto (default) as --middle-weights")
+    p.add_argument("--draft-vocab", type=draft_vocab_arg, help="drafter head pruned to the N most frequent tokens of its "
+                   "distillation corpus (0 = full vocabulary); output stays exact. auto (default): 4096 where the "
+                   "lower levels are int4 and the drafter recorded its corpus's counts, else 0")
     p.add_argument("--draft-window", type=int, help="drafter StreamingLLM recent window")
     p.add_argument("--draft-sinks", type=int, help="drafter StreamingLLM sink tokens")
     p.add_argument("--on-chip-layers", type=int, help="layers whose full KV cache stays on the device; the rest "
@@ -49,6 +54,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-weights", action="store_true", default=None,
                    help="keep decoder-layer weights in the host tier, streamed one layer ahead of compute")
     p.add_argument("--offload", choices=("none", "auto"), help="auto: place KV and weights as `triforce plan` says")
+
+
+def draft_vocab_arg(text: str) -> int | str:
+    """--draft-vocab: N or auto."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor auto") from None
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:

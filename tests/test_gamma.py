@@ -221,7 +221,10 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
         assert sum(g["rounds_per_choice"].values()) >= 1 and "predicted" in g["reason"]
         assert set(g["pass_ms"]) == set(result.stats["levels"]) and g["pass_ms"]["target"]["1"] > 0
         assert not g["probe_reused"] and g["probe_s"] > 0, mode               # each mode's first request probes
-    assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", **base)).stats
+    assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", gamma="fixed", **base)).stats
+    assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", temperature=0.6, **base)).stats  # sampled: fixed
+    unset = engine.generate(ids, RunConfig(mode="triforce", **base))                # greedy, gamma unset: auto
+    assert unset.token_ids == expected and unset.stats["gamma"]["policy"] == "auto"
     # a second request of the same shape (another seed, another temperature) takes the first one's costs
     again = engine.generate(ids, RunConfig(mode="triforce", gamma="auto", **base))
     g = again.stats["gamma"]

@@ -67,6 +67,47 @@ def test_bad_settings_are_refused_by_name():
         RunConfig(middle_weights="int3").validate()
     with pytest.raises(UserError, match="draft_vocab -1"):
         RunConfig(draft_vocab=-1).validate()
+    with pytest.raises(UserError, match="draft_vocab 'many'"):
+        RunConfig(draft_vocab="many").validate()
+    with pytest.raises(UserError, match="not wired into --backend ray"):   # explicit settings still are
+        RunConfig(backend="ray", middle_weights="int4").validate()
+
+
+def test_auto_lower_levels_are_int4_and_a_pruned_head_only_where_measured():
+    run = RunConfig(mode="triforce").validate()    # the defaults: auto everywhere
+    assert (run.middle_weights, run.draft_weights, run.draft_vocab) == ("auto", "auto", "auto")
+    kinds = lambda r: (r.middle_weights, r.draft_weights, r.draft_vocab)   # noqa: E731
+    assert kinds(run.lower_levels(quantized=True, counted=True)) == ("int4", "int4", 4096)
+    assert kinds(run.lower_levels(quantized=True, counted=False)) == ("int4", "int4", 0)   # no corpus counts
+    assert kinds(run.lower_levels(quantized=False, counted=True)) == ("same", "same", 0)   # e.g. a GPU
+    for elsewhere in (dict(backend="ray"), dict(offload_weights=True), dict(offload="auto")):
+        auto = RunConfig(mode="triforce", **elsewhere).validate()       # auto is accepted where int4 is not wired
+        assert kinds(auto.lower_levels(quantized=True, counted=True)) == ("same", "same", 0), elsewhere
+    explicit = RunConfig(mode="triforce", middle_weights="int8", draft_weights="same", draft_vocab=500)
+    assert kinds(explicit.lower_levels(quantized=False, counted=False)) == ("int8", "same", 500)
+    assert kinds(explicit.lower_levels(quantized=True, counted=True)) == ("int8", "same", 500)
+
+
+def test_draft_vocab_flag_takes_a_count_or_auto():
+    import argparse
+    from triforce.runtime.run_args import draft_vocab_arg
+    assert draft_vocab_arg("auto") == "auto" and draft_vocab_arg("512") == 512 and draft_vocab_arg("0") == 0
+    with pytest.raises(argparse.ArgumentTypeError, match="'many'"):
+        draft_vocab_arg("many")
+
+
+def test_gamma_is_auto_for_greedy_requests_unless_gammas_are_given():
+    import dataclasses
+    assert RunConfig().gamma_auto and RunConfig().gammas == (2, 6)
+    sampled = RunConfig(temperature=0.6)
+    assert not sampled.gamma_auto and sampled.gammas == (2, 6)                       # so a seed reproduces it
+    assert RunConfig(temperature=0.6, gamma="auto").gamma_auto                      # unless asked for
+    assert not dataclasses.replace(RunConfig(), temperature=0.6).gamma_auto         # decided per request (batch records)
+    assert dataclasses.replace(RunConfig(), seed=5).gamma_auto
+    for given in (dict(gamma1=3), dict(gamma2=4)):   # as runs before auto was a default
+        assert not RunConfig(**given).gamma_auto, given
+    assert RunConfig(gamma1=3).gammas == (3, 6) and RunConfig(gamma2=4).gammas == (2, 4)
+    assert RunConfig(gamma="auto", gamma2=4).gamma_auto and not RunConfig(gamma="fixed").gamma_auto
 
 
 # --- the acceptance rule with quantized / pruned lower levels, through the real Level code ---
@@ -194,7 +235,8 @@ def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine
     base = dict(max_new_tokens=16, retrieval_budget=96, chunk_size=8, draft_sinks=4,
                 draft_window=60, gamma1=2, gamma2=4, retrieval_rebuild="every:8")
     expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
-    for kw in [dict(mode="triforce", middle_weights="int8", draft_weights="int4", draft_vocab=2000),
+    for kw in [dict(mode="triforce"),   # the defaults: int4 levels and a 4,096-token drafter head where the kernels run
+               dict(mode="triforce", middle_weights="int8", draft_weights="int4", draft_vocab=2000),
                dict(mode="triforce", middle_weights="int4"),
                dict(mode="retrieval", middle_weights="int4"),
                dict(mode="spec", draft_weights="int8", draft_vocab=500)]:
@@ -202,6 +244,12 @@ def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine
         assert result.token_ids == expected, kw
         levels = result.stats["levels"]
         assert levels["target"]["weights"] == "same" and levels["target"]["drafted"] > 0, kw
+        if kw == dict(mode="triforce"):
+            from triforce.runtime.quant import native_kernels_run
+            cheap = native_kernels_run(engine.model)   # where not, auto is the model's own weights
+            assert levels["retrieval"]["weights"] == ("int4" if cheap else "same")
+            assert levels["drafter"]["weights"] == ("int4+vocab4096" if cheap else "same")
+            continue
         lower = levels["retrieval" if kw["mode"] != "spec" else "drafter"]
         assert lower["weight_bytes"] < levels["target"]["weight_bytes"], kw
         if "middle_weights" in kw:

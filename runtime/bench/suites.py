@@ -63,7 +63,7 @@ def longest_context(engine: Engine, run: RunConfig) -> int:
     """The longest prompt this machine and model can hold for `run`: the model's positions less
     the new tokens, and at most a quarter of free memory for the full KV cache and its kept copy."""
     import psutil
-    positions = engine.cfg.max_context - run.max_new_tokens - run.gamma1 - run.gamma2 - 2
+    positions = engine.cfg.max_context - run.max_new_tokens - sum(run.gammas) - 2
     per_token = 2 * engine.cfg.kv_bytes_per_token(engine.model.dtype.itemsize)  # the cache + the kept prefill
     memory = psutil.virtual_memory().available // 4 // per_token
     return int(min(positions, memory)) // 1024 * 1024
@@ -216,8 +216,8 @@ def suite_modes(args: argparse.Namespace) -> dict:
             if args.assisted and not args.rope_scaling:
                 rows.append(assisted_row(engine, ids, dataclasses.replace(run, temperature=temperature), args.repeats,
                                          ar_ms))
-    return dict(suite="modes", budget=run.retrieval_budget, chunk_size=run.chunk_size, gamma1=run.gamma1,
-                gamma2=run.gamma2, top_p=run.top_p, new_tokens=run.max_new_tokens, repeats=args.repeats,
+    return dict(suite="modes", budget=run.retrieval_budget, chunk_size=run.chunk_size, gamma1=run.gammas[0],
+                gamma2=run.gammas[1], top_p=run.top_p, new_tokens=run.max_new_tokens, repeats=args.repeats,
                 rope_scaling=run.rope_scaling, draft_model=str(engine.draft_dir),
                 target_prefill_s={str(k): v for k, v in target_prefill.items()}, rows=rows)
 
@@ -281,7 +281,7 @@ def suite_ablations(args: argparse.Namespace) -> dict:
             rows.append(row)
             print(table_ablations(dict(rows=[row])).splitlines()[-1], flush=True)
     return dict(suite="ablations", context=len(ids), base=dict(budget=run.retrieval_budget, chunk_size=run.chunk_size,
-                gamma1=run.gamma1, gamma2=run.gamma2, temperature=run.temperature, top_p=run.top_p,
+                gamma1=run.gammas[0], gamma2=run.gammas[1], temperature=run.temperature, top_p=run.top_p,
                 rebuild=run.retrieval_rebuild), new_tokens=run.max_new_tokens, repeats=args.repeats, ar=ar,
                 sweeps={p: SWEEPS[p][2] for p in args.sweeps}, rows=rows)
 
