@@ -137,7 +137,7 @@ def probe_pass_costs(stack, caps: tuple[int, ...], new_tokens: int) -> list[Pass
         points = []
         for T in [lengths[0]] + lengths:   # the first one warms up
             x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
-            n = level.cache.get_seq_length()
+            n = len(level.cached)                           # as Level.feed counts (a shard's cache answers no queries)
             start = time.perf_counter()
             level.model(x, level.cache)                     # [1, T, V]; on CPU the call returns when done
             points.append((T, time.perf_counter() - start))

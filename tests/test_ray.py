@@ -102,6 +102,10 @@ def test_tp3_equals_local(cluster, prompt, expected):
             passes = sum(lv["passes"] for name, lv in result.stats["levels"].items() if name != "drafter")
             assert ray_stats["decode_calls"] == 3 * ray_stats["decode_passes"] == 3 * passes
             assert ray_stats["remote_calls"] == 3 * (passes + 1)
+        # --gamma auto (the default for greedy requests): its probe times the shards' passes too
+        auto = client.generate(prompt, ray_run(tp=3, mode="triforce", gamma="auto"))
+        assert auto.token_ids == expected["triforce"] and auto.stats["gamma"]["policy"] == "auto"
+        assert auto.stats["gamma"]["pass_ms"]["target"]["1"] > 0
     finally:
         client.close()
 
