@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from triforce.runtime.decode import timed
+
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
 PRIOR_WEIGHT = 8            # ... worth this many tested tokens (per_token_acceptance)
@@ -138,9 +140,8 @@ def probe_pass_costs(stack, caps: tuple[int, ...], new_tokens: int) -> list[Pass
         for T in [lengths[0]] + lengths:   # the first one warms up
             x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
             n = len(level.cached)                           # as Level.feed counts (a shard's cache answers no queries)
-            start = time.perf_counter()
-            level.model(x, level.cache)                     # [1, T, V]; on CPU the call returns when done
-            points.append((T, time.perf_counter() - start))
+            _, seconds = timed(level.model, x, level.cache, device=level.model.device)   # [1, T, V]; a GPU drained
+            points.append((T, seconds))
             level.cache.crop(n)
         costs.append(PassCost(non_decreasing(points[1:])))
     for level, last_query in zip(stack, saved):  # the retrieval rebuild scores chunks with it
