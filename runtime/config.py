@@ -315,8 +315,8 @@ class RunConfig:
         `counted`: the drafter recorded its distillation corpus's token counts. There, with the
         local backend and resident weights, auto is what docs/BENCHMARKS.md measured fastest: int4
         copies of the middle level and the drafter, the drafter's head pruned to AUTO_DRAFT_VOCAB
-        (at 7K, fp32, greedy: `triforce` 1.7x `ar` against 1.0x on the model's own weights, round
-        19). Elsewhere (a GPU, Ray, offloaded weights, where none of it is wired or measured):
+        (at 7K, fp32, greedy: `triforce` 1.85-2.23x `ar` against 1.01-1.04x on the model's own
+        weights, docs/BENCHMARKS.md round 19). Elsewhere (a GPU, Ray, offloaded weights, where none of it is wired or measured):
         the model's own weights and the full vocabulary."""
         cheap = quantized and self.backend == "local" and not self.offload_weights and self.offload == "none"
         kind = "int4" if cheap else "same"

@@ -159,9 +159,9 @@ class Engine(Checkpoint):
 
     def lower_levels(self, run: RunConfig) -> RunConfig:
         """run with its auto lower-level settings made concrete here (RunConfig.lower_levels): by
-        this engine's device, dtype and weight placement (streamed weights have no quantized
-        copies), and whether the drafter loaded so far recorded its
-        corpus's token counts (only the drafter's own level reads draft_vocab, after its load)."""
+        this engine's device, dtype and weight placement (streamed weights get no quantized copy),
+        and whether the drafter loaded so far recorded its corpus's token counts (only the
+        drafter's own level reads draft_vocab, and only after the drafter is loaded)."""
         from triforce.runtime.quant import native_kernels_run
         from triforce.runtime.vocab import COUNTS_FILE
         draft_dir = getattr(self, "draft_dir", None)

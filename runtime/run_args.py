@@ -30,9 +30,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma1", type=int, help="tokens the drafter proposes per round to the middle level (triforce; "
                    "setting it or --gamma2 without --gamma means --gamma fixed)")
     p.add_argument("--gamma2", type=int, help="tokens proposed per round to the full target")
-    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto (the default unless --gamma1/--gamma2 are set): "
-                   "pick gamma1/gamma2 each round from pass costs measured at start-up and the running acceptance "
-                   "(0 = that level off; the choice is in stats.gamma); fixed: --gamma1/--gamma2, default 2 and 6")
+    p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: pick gamma1/gamma2 each round from pass costs "
+                   "measured at start-up and the running acceptance (0 = that level off; the choice is in stats.gamma); "
+                   "fixed: --gamma1/--gamma2, default 2 and 6. Unset: auto for greedy requests, fixed for sampled ones "
+                   "(so a seed reproduces them) and whenever --gamma1/--gamma2 are set")
     p.add_argument("--retrieval-budget", type=int,
                    help="middle-level KV budget in tokens (default: about 3.4%% of the context, 1024-4096)")
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
