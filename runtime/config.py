@@ -316,8 +316,8 @@ class RunConfig:
         local backend and resident weights, auto is what docs/BENCHMARKS.md measured fastest: int4
         copies of the middle level and the drafter, the drafter's head pruned to AUTO_DRAFT_VOCAB
         (at 7K, fp32, greedy: `triforce` 1.85-2.23x `ar` against 1.01-1.04x on the model's own
-        weights, docs/BENCHMARKS.md round 19). Elsewhere (a GPU, Ray, offloaded weights, where none of it is wired or measured):
-        the model's own weights and the full vocabulary."""
+        weights, docs/BENCHMARKS.md round 19). Elsewhere (a GPU, Ray, offloaded weights, where
+        none of it is wired or measured): the model's own weights and the full vocabulary."""
         cheap = quantized and self.backend == "local" and not self.offload_weights and self.offload == "none"
         kind = "int4" if cheap else "same"
         return dataclasses.replace(

@@ -172,7 +172,9 @@ class Engine(Checkpoint):
     def level_model(self, run: RunConfig, role: str) -> Transformer:
         """The model a lower level runs on: the target for role "middle", the drafter for "drafter",
         each as a quantized and/or vocabulary-pruned copy when run says so (built once per setting
-        and kept). The full target never goes through here: it always runs on its own weights."""
+        and kept; auto settings are made concrete here alone, by lower_levels, as every path to a
+        lower level comes through). The full target never goes through here: it always runs on its
+        own weights."""
         from triforce.runtime.quant import lower_level_copy
         run = self.lower_levels(run)
         if role == "middle":
@@ -273,7 +275,6 @@ class Engine(Checkpoint):
         self.check_length(len(prompt_ids), run.max_new_tokens)
         if run.mode in DRAFTER_MODES and self.drafter is None:
             self.drafter = self.load_drafter(run)
-        run = self.lower_levels(run)
         if run.gamma_auto:  # caches sized for the largest gammas the tuner may pick
             caps = auto_caps(len(mode_levels(run, 1)[0]), run.max_new_tokens)
             run = dataclasses.replace(run, gamma="auto", gamma1=max(caps[0], 1), gamma2=max(caps[-1], 1))
@@ -325,7 +326,7 @@ def pass_cost_key(run: RunConfig, context: int, caps: tuple[int, ...]) -> tuple:
     on the same engine instead of probing again (a batch job's records, a coordinator's requests):
     the run's shape without its sampling, prompt and length, the γ caps, the threads, and the
     context within 1/8 of an octave (±4%; the tuner rescales the costs by the run's own passes)."""
-    shape = dataclasses.replace(run, gamma="auto", max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=0, seed=0, chat=False,
+    shape = dataclasses.replace(run, max_new_tokens=0, temperature=0.0, top_p=1.0, top_k=0, seed=0, chat=False,
                                 prompt=None, prompt_file=None, kjv_books=(), question=None)
     return shape, caps, torch.get_num_threads(), run.budget_for(context), round(8 * math.log2(max(context, 1)))
 

@@ -27,6 +27,7 @@ from triforce.runtime.bench.measure import machine, pass_cost  # noqa: F401 -- p
 from triforce.runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
 from triforce.runtime.bench.registry import SUITES, get_suite
 from triforce.runtime.bench.report import write_report
+from triforce.runtime.config import WEIGHT_KINDS
 from triforce.runtime.run_args import draft_vocab_arg
 
 
@@ -68,9 +69,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--gamma1", type=int, default=2)
     p.add_argument("--gamma2", type=int, default=6)
     p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: gammas chosen from measured pass costs (README)")
-    p.add_argument("--middle-weights", choices=("same", "int8", "int4", "auto"),
+    p.add_argument("--middle-weights", choices=WEIGHT_KINDS + ("auto",),
                    help="the middle level's weights (default auto, as `triforce generate`)")
-    p.add_argument("--draft-weights", choices=("same", "int8", "int4", "auto"), help="the drafter's weights (default auto)")
+    p.add_argument("--draft-weights", choices=WEIGHT_KINDS + ("auto",), help="the drafter's weights (default auto)")
     p.add_argument("--draft-vocab", type=draft_vocab_arg,
                    help="drafter head pruned to the N most frequent corpus tokens (default auto)")
     p.add_argument("--prompt-file", help="every suite: prompt text of your own (default: the --corpus text)")
