@@ -47,7 +47,7 @@ class OffloadedFullCache(FullCache):
         self.host_v = tier.allocate(f"{name}-v", (cfg.num_layers - on_chip, *layer_shape), dtype)
         self.slot_k = torch.zeros((2, *layer_shape), device=device, dtype=dtype)   # the two device buffers
         self.slot_v = torch.zeros((2, *layer_shape), device=device, dtype=dtype)
-        self.slots = [Slot(), Slot()]
+        self.buffers = [Slot(), Slot()]  # events of the two device buffers
         self.store_events: dict[int, object] = {}  # offloaded layer -> its latest write-back
         self.last_query = torch.zeros(cfg.num_layers, batch, cfg.num_heads, cfg.head_dim, device=device, dtype=dtype)
         self.rope, self.batch, self.capacity = rope, batch, capacity
@@ -63,7 +63,7 @@ class OffloadedFullCache(FullCache):
     def begin(self, T: int):
         tables = super().begin(T)
         released = self.copier.record()  # the previous pass's compute was the slots' last reader
-        for slot in self.slots:
+        for slot in self.buffers:
             slot.released = released
         if self.prefetch:
             self._load(self.on_chip)  # the first offloaded layer loads during the resident layers
@@ -74,9 +74,9 @@ class OffloadedFullCache(FullCache):
             return self.k[layer], self.v[layer]
         s = self._slot(layer)
         self._load(layer)
-        self.copier.wait(self.slots[s].loaded)
+        self.copier.wait(self.buffers[s].loaded)
         if self.prefetch and layer + 1 < self.num_layers:
-            self.slots[1 - s].released = self.copier.record()  # layer-1 was its last reader
+            self.buffers[1 - s].released = self.copier.record()  # layer-1 was its last reader
             self._load(layer + 1)
         return self.slot_k[s], self.slot_v[s]
 
@@ -86,7 +86,7 @@ class OffloadedFullCache(FullCache):
         s, j = self._slot(layer), layer - self.on_chip
         event = self._copy_kv("store_cache", (self.host_k[j], self.host_v[j]), (self.slot_k[s], self.slot_v[s]),
                               slice(start, stop), [self.copier.record()])  # after the new K/V are in the slot
-        slot = self.slots[s]
+        slot = self.buffers[s]
         slot.stored, slot.valid = event, stop
         self.store_events[layer] = event
 
@@ -106,18 +106,18 @@ class OffloadedFullCache(FullCache):
         j, n = layer - self.on_chip, k.shape[2]
         self.store_events[layer] = self._copy_kv("store_cache", (self.host_k[j], self.host_v[j]), (k, v), slice(0, n),
                                                  [self.copier.record()])
-        for slot in self.slots:
+        for slot in self.buffers:
             if slot.layer == layer:
                 slot.layer, slot.valid = -1, 0
 
     def crop(self, length: int) -> None:
         super().crop(length)
-        for slot in self.slots:
+        for slot in self.buffers:
             slot.valid = min(slot.valid, length)
 
     def reset(self) -> None:
         super().reset()
-        for slot in self.slots:
+        for slot in self.buffers:
             slot.valid = 0
 
     def close(self) -> None:
@@ -132,7 +132,7 @@ class OffloadedFullCache(FullCache):
 
     def _load(self, layer: int) -> None:
         """Issues the load of `layer`'s filled K/V into its slot, unless the slot already holds them."""
-        slot, s, j, n = self.slots[self._slot(layer)], self._slot(layer), layer - self.on_chip, self.length
+        slot, s, j, n = self.buffers[self._slot(layer)], self._slot(layer), layer - self.on_chip, self.length
         if slot.layer == layer and slot.valid >= n:
             return
         if not self.prefetch:

@@ -264,8 +264,10 @@ def _build_plan(model: Transformer):
 
     norm1, norm2, linears, eps = [], [], [], set()
     for layer in model.model.layers:
+        if type(layer) is not DecoderLayer:   # e.g. offload.weights.StreamedLayer (weights arrive per pass)
+            return None
         attn, mlp = layer.self_attn, layer.mlp
-        if type(layer) is not DecoderLayer or not hasattr(attn, "qkv_proj") or not hasattr(mlp, "gate_up_proj"):
+        if not hasattr(attn, "qkv_proj") or not hasattr(mlp, "gate_up_proj"):
             return None
         specs = [spec(m) for m in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)]
         if None in specs:

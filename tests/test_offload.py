@@ -74,6 +74,28 @@ def test_offloaded_cache_equals_resident_with_poisoned_slow_copies(tiny_dir, on_
     assert tier.bytes == 0
 
 
+def test_offloaded_kv_and_streamed_weights_in_bf16_take_the_per_layer_path(tiny_dir):
+    """bf16 on a CPU with the native kernels runs a resident pass in one native call
+    (model.DecoderPlan over cache.slots()). An offloaded cache and streamed layers must decline
+    it and go layer by layer; both once broke every bf16 pass (the cache's double-buffer events
+    shadowed slots(), and the plan read a streamed layer's attributes before checking its type)."""
+    from triforce.runtime.model import fuse_projections
+    from triforce.runtime.ops import pack_linears
+    model = pack_linears(fuse_projections(load_model(tiny_dir, "bf16")))
+    tokens = torch.randint(0, 320, (1, 90), generator=torch.Generator().manual_seed(1))
+    expected = run_passes(model, FullCache(model.cfg, model.rope(128), 1, 128, model.device, model.dtype), tokens)
+    tier, copier = HostTier(model.device), Copier(model.device)
+    cache = OffloadedFullCache(model.cfg, model.rope(128), 1, 128, model.device, model.dtype, 2, tier, copier)
+    assert cache.slots() is None
+    torch.testing.assert_close(run_passes(model, cache, tokens), expected, rtol=2e-2, atol=2e-2)
+    cache.close()
+    streamed = fuse_projections(load_model(tiny_dir, "bf16"))          # as Engine does: streamed weights stay unpacked
+    offload_weights(streamed, tier, copier, streamed.device)
+    cache = OffloadedFullCache(model.cfg, model.rope(128), 1, 128, model.device, model.dtype, 0, tier, copier)
+    torch.testing.assert_close(run_passes(streamed, cache, tokens), expected, rtol=2e-2, atol=2e-2)
+    cache.close()
+
+
 @pytest.mark.parametrize("prefetch", [True, False])
 def test_streamed_weights_equal_resident_with_poisoned_slow_copies(tiny_dir, prefetch):
     resident = load_model(tiny_dir)
