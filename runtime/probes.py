@@ -72,14 +72,19 @@ def _nvml_or(notes, name, what, read, default):
         return default
 
 
-def read_bandwidth_gbs(megabytes: int = 1024, repeats: int = 5) -> float:
-    """GB/s of a streaming read on the CPU (a sum over a tensor far larger than the caches)."""
-    x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32)
+def read_bandwidth_gbs(megabytes: int = 1024, repeats: int = 5, device: str | torch.device = "cpu") -> float:
+    """GB/s of a streaming read on `device` (a sum over a tensor far larger than its caches: on a
+    GPU, HBM; give a GPU several GB, its L2 holds tens of MB)."""
+    device = torch.device(device)
+    x = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     x.sum()  # warm-up: fault the pages in
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         x.sum()
+        sync()   # host sync: timing boundary only
         times.append(time.perf_counter() - start)
     return x.numel() * 4 / min(times) / 1e9
 

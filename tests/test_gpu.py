@@ -1,16 +1,36 @@
 """GPU paths (CUDA, bf16/fp16, flash-attn when installed): skipped on machines without CUDA.
 
 They check the same claims as the CPU tests against the CPU path itself: the attention backends
-agree, and every mode's greedy output equals `ar` on the device."""
+agree, and every mode's greedy output equals `ar` on the device. The models are tiny and random
+(random weights make no claim about acceptance, only about exactness), so that a GPU machine with
+none of the real assets runs them."""
+import json
+
 import pytest
 import torch
 
 from triforce.runtime.attention import _attend_sdpa, attend
+from triforce.runtime.bench.random_weights import random_checkpoint, random_ids
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+SHAPE = dict(architectures=["LlamaForCausalLM"], vocab_size=320, intermediate_size=96, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    """A 5-layer target and a 1-layer drafter, random, sharing a tokenizer."""
+    root = tmp_path_factory.mktemp("shapes")
+    dirs = []
+    for name, layers, hidden in (("target", 5, 64), ("drafter", 1, 32)):
+        path = root / f"{name}.json"
+        path.write_text(json.dumps(dict(SHAPE, hidden_size=hidden, num_hidden_layers=layers)))
+        dirs.append(str(random_checkpoint(path)))
+    return dirs
 
 
 @pytest.mark.parametrize("T, S", [(1, 300), (7, 300), (64, 64), (33, 1000)])
@@ -23,28 +43,36 @@ def test_attention_backends_agree_on_cuda(T, S):
     torch.testing.assert_close(attend(q, k, v).float().cpu(), reference, rtol=2e-2, atol=2e-2)
 
 
-def test_every_mode_equals_ar_on_cuda(default_model_dir):
-    engine = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32"))  # exactness is an fp32 claim
-    from triforce.runtime.assets import kjv_books
-    ids = engine.tokenizer.encode(kjv_books(["Jonah"]))[:517]
-    base = dict(device="cuda", dtype="fp32", max_new_tokens=32, retrieval_budget=128, chunk_size=8,
-                retrieval_rebuild="every:16")
+def every_mode_equals_ar(tiny_pair, device: str):
+    target, drafter = tiny_pair
+    base = dict(model=target, draft_model=drafter, device=device, dtype="fp32", max_new_tokens=32,
+                retrieval_budget=128, chunk_size=8, retrieval_rebuild="every:16")   # exactness is an fp32 claim
+    engine = Engine(RunConfig(mode="triforce", **base))
+    ids = random_ids(320, 517)
     expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
     for mode in ("spec", "retrieval", "streaming", "triforce"):
         assert engine.generate(ids, RunConfig(mode=mode, **base)).token_ids == expected, mode
 
 
-def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(default_model_dir):
-    from triforce.runtime.assets import kjv_books
-    resident = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32"))
-    streamed = Engine(RunConfig(mode="triforce", device="cuda", dtype="fp32", offload_weights=True))
-    ids = resident.tokenizer.encode(kjv_books(["Jonah"]))[:517]
-    base = dict(device="cuda", dtype="fp32", max_new_tokens=32, retrieval_budget=128, chunk_size=8,
-                retrieval_rebuild="every:16", prefill_chunk=128)
+def every_mode_offloaded_equals_resident(tiny_pair, device: str):
+    target, drafter = tiny_pair
+    base = dict(model=target, draft_model=drafter, device=device, dtype="fp32")
+    resident = Engine(RunConfig(mode="triforce", **base))
+    streamed = Engine(RunConfig(mode="triforce", offload_weights=True, **base))
+    ids = random_ids(320, 517)
+    base.update(max_new_tokens=32, retrieval_budget=128, chunk_size=8, retrieval_rebuild="every:16", prefill_chunk=128)
     for mode in ("ar", "spec", "retrieval", "streaming", "triforce"):
         expected = resident.generate(ids, RunConfig(mode=mode, **base)).token_ids
-        assert resident.generate(ids, RunConfig(mode=mode, on_chip_layers=7, **base)).token_ids == expected, mode
+        assert resident.generate(ids, RunConfig(mode=mode, on_chip_layers=2, **base)).token_ids == expected, mode
         assert streamed.generate(ids, RunConfig(mode=mode, on_chip_layers=0, **base)).token_ids == expected, mode
+
+
+def test_every_mode_equals_ar_on_cuda(tiny_pair):
+    every_mode_equals_ar(tiny_pair, "cuda")
+
+
+def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(tiny_pair):
+    every_mode_offloaded_equals_resident(tiny_pair, "cuda")
 
 
 def test_copy_lanes_order_by_events_on_cuda():

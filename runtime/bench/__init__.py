@@ -25,6 +25,7 @@ import torch
 from triforce.runtime.bench import batch, lower, offload, passes, ray, repro, suites  # noqa: F401 -- importing registers the suites
 from triforce.runtime.bench.measure import machine, pass_cost  # noqa: F401 -- public
 from triforce.runtime.probes import read_bandwidth_gbs  # noqa: F401 -- public
+from triforce.runtime.bench.random_weights import is_random, model_arg
 from triforce.runtime.bench.registry import SUITES, get_suite
 from triforce.runtime.bench.report import write_report
 from triforce.runtime.config import WEIGHT_KINDS
@@ -49,13 +50,14 @@ def add_bench_parser(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suite", choices=sorted(SUITES), default="peers")
     p.add_argument("--out", help="directory for NAME.json, NAME.md and NAME_*.png")
-    p.add_argument("--model", help="checkpoint directory (default: embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help="checkpoint directory (default: embedded SmolLM2-135M-Instruct), or an "
+                   "architecture's config.json (configs/models/) for random weights of that shape: timing only")
     p.add_argument("--context", type=int, default=4096, help="peers, ablations: prompt tokens of KJV text")
     p.add_argument("--new-tokens", type=int, default=64, help="decode steps timed per run (EOS is ignored)")
     p.add_argument("--repeats", type=int, default=3, help="runs per configuration after one warm-up")
     p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], help="peers: each dtype; other suites: the first")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--draft-model", help="drafter (default: the embedded drafter)")
+    p.add_argument("--draft-model", help="drafter (default: the embedded drafter), or a config.json as for --model")
     p.add_argument("--contexts", type=context_arg, nargs="+", default=["4096"],
                    help="modes suite: prompt lengths, or `max` for the longest this machine and model hold")
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.6], help="peers and modes suites")
@@ -81,6 +83,8 @@ def add_bench_parser(sub) -> None:
                    help="passes suite: tokens per forward pass (T)")
     p.add_argument("--levels", nargs="+", choices=["target", "retrieval", "drafter"],
                    default=["target", "retrieval", "drafter"], help="passes suite: which levels to time")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="passes suite on a GPU: also time each pass replayed from a captured CUDA graph")
     p.add_argument("--lower-weights", nargs="+", default=["same", "int8", "int4"],
                    help="lower suite: the middle level's weights, LAYERS or LAYERS:HEAD (int4:int4 = int4 head too)")
     p.add_argument("--llama-bench", help="peers: a llama-bench binary; with --gguf adds llama.cpp at the same depth "
@@ -117,7 +121,10 @@ def cmd_bench(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     suite = get_suite(args.suite)
+    args.model, args.draft_model = model_arg(args.model), model_arg(args.draft_model)
     report = suite.run(args)
+    if is_random(args.model):
+        report["weights"] = "random (timing only)"  # never acceptance or quality
     report["machine"] = machine()
     report["command"] = command_line(args)
     print(suite.table(report), flush=True)

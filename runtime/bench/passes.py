@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import torch
 
@@ -33,22 +34,38 @@ from triforce.runtime.errors import UserError
 LEVELS = ("target", "retrieval", "drafter")
 
 
-def matmul_peak_gflops(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of a large square matrix product in `dtype` (the compute roof)."""
-    a = torch.randn(size, size, dtype=dtype)
-    b = torch.randn(size, size, dtype=dtype)
-    best = min(interleaved({"matmul": timed(lambda: a @ b)}, repeats)["matmul"])   # 1 warm-up: thread pool, kernel choice
+def matmul_peak_gflops(dtype: torch.dtype, device: torch.device = torch.device("cpu"), repeats: int = 5) -> float:
+    """GFLOP/s of a large square matrix product in `dtype` on `device` (the compute roof)."""
+    size = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    best = min(interleaved({"matmul": synced(lambda: a @ b, device)}, repeats)["matmul"])  # 1 warm-up: thread pool, kernel choice
     return 2 * size ** 3 / best / 1e9
 
 
+def synced(run, device: torch.device):
+    """timed(run) with the device drained before and after (a GPU runs asynchronously)."""
+    if device.type != "cuda":
+        return timed(run)
+
+    def run_synced() -> float:
+        torch.cuda.synchronize(device)  # host sync: timing boundary only
+        start = time.perf_counter()
+        run()
+        torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+    return run_synced
+
+
 def fill_full_cache(cache, S: int, seed: int = 0) -> None:
-    """Random K/V at positions [0, S) of every layer (timing only: values do not change the cost)."""
-    g = torch.Generator().manual_seed(seed)
+    """Random K/V at positions [0, S) of every layer, drawn where the cache lives (timing only:
+    values do not change the cost)."""
+    g = torch.Generator(cache.k.device).manual_seed(seed)
     for layer in range(cache.k.shape[0]):
         k, v = cache.storage(layer)                                   # [B, Hkv, capacity, D]
-        k[:, :, :S].copy_(torch.randn(k[:, :, :S].shape, generator=g))
-        v[:, :, :S].copy_(torch.randn(v[:, :, :S].shape, generator=g))
-    cache.last_query.copy_(torch.randn(cache.last_query.shape, generator=g))
+        k[:, :, :S].normal_(generator=g)
+        v[:, :, :S].normal_(generator=g)
+    cache.last_query.normal_(generator=g)
     cache.length = S
 
 
@@ -56,13 +73,37 @@ def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
     """Seconds of `repeats` T-token passes (after two warm-ups), each rolled back after."""
     x = torch.tensor([tokens], device=level.model.device)            # [1, T]
     n = level.cache.get_seq_length()
+    forward = synced(lambda: level.model(x, level.cache), x.device)  # [1, T, V]: T rows, as verify needs
 
     def one_pass() -> float:
-        seconds = timed(lambda: level.model(x, level.cache))()        # [1, T, V]: T rows, as verify needs
+        seconds = forward()
         level.cache.crop(n)                                           # rolled back, untimed
         return seconds
 
     return interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
+
+
+def time_graph_pass(level, tokens: list[int], repeats: int) -> list[float] | str:
+    """Seconds of the same pass replayed from a captured CUDA graph (Python and kernel launches
+    gone: what capturing the fixed-shape passes would buy), or why capture failed."""
+    x = torch.tensor([tokens], device=level.model.device)            # [1, T]
+    n = level.cache.get_seq_length()
+    side = torch.cuda.Stream(x.device)
+    side.wait_stream(torch.cuda.current_stream(x.device))
+    try:
+        with torch.cuda.stream(side):                                 # warm-up off the default stream, as capture needs
+            for _ in range(2):
+                level.model(x, level.cache)
+                level.cache.crop(n)
+        torch.cuda.current_stream(x.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            level.model(x, level.cache)                               # writes K/V at [n, n + T), as every replay does
+    except RuntimeError as e:
+        return f"capture failed: {str(e).splitlines()[0][:160]}"
+    finally:
+        level.cache.crop(n)
+    return interleaved({"graph": synced(graph.replay, x.device)}, repeats, warmup=2)["graph"]
 
 
 def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:
@@ -82,9 +123,14 @@ def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:
 def suite_passes(args: argparse.Namespace) -> dict:
     run = base_run(args, mode="triforce", temperature=0.0)
     engine = Engine(run)
-    dtype = engine.model.dtype
-    bandwidth, peak = read_bandwidth_gbs(megabytes=args.bandwidth_mb), matmul_peak_gflops(dtype)
-    print(f"[passes] read bandwidth {bandwidth:.1f} GB/s, {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
+    dtype, device = engine.model.dtype, engine.device
+    megabytes = max(args.bandwidth_mb, 8192) if device.type == "cuda" else args.bandwidth_mb  # far beyond the L2
+    bandwidth = read_bandwidth_gbs(megabytes=megabytes, device=device)
+    peak = matmul_peak_gflops(dtype, device)
+    print(f"[passes] {device}: read bandwidth {bandwidth:.1f} GB/s, {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
+    graphs = getattr(args, "cuda_graph", False)
+    if graphs and device.type != "cuda":
+        raise UserError(f"--cuda-graph needs a CUDA device; this run is on {device}")
     contexts = [int(c) for c in args.contexts if c != "max"]
     need = max(contexts) + max(args.pass_tokens) + 66
     if need > engine.cfg.max_context:
@@ -99,8 +145,8 @@ def suite_passes(args: argparse.Namespace) -> dict:
             level = levels[name]
             kv_tokens = level.cache.length  # the slots a pass attends to
             for T in args.pass_tokens:
-                ms = 1000 * statistics.median(time_pass(level, ids[S - T + 1:S + 1] if S >= T else ids[:T],
-                                                        args.repeats))
+                tokens = ids[S - T + 1:S + 1] if S >= T else ids[:T]
+                ms = 1000 * statistics.median(time_pass(level, tokens, args.repeats))
                 nbytes, flops = pass_cost(level.model, kv_tokens, T)
                 roof = 1000 * max(nbytes / (bandwidth * 1e9), flops / (peak * 1e9))
                 ar_like.setdefault(name, ms)
@@ -109,25 +155,40 @@ def suite_passes(args: argparse.Namespace) -> dict:
                            gflop_per_s=round(flops / ms / 1e6, 1), roofline_ms=round(roof, 3),
                            memory_floor_ms=round(1000 * nbytes / (bandwidth * 1e9), 3),
                            x_roofline=round(ms / roof, 2), x_t1=round(ms / ar_like[name], 2))
+                if graphs:
+                    replayed = time_graph_pass(level, tokens, args.repeats)
+                    row["graph_ms"] = replayed if isinstance(replayed, str) else \
+                        round(1000 * statistics.median(replayed), 3)
                 rows.append(row)
                 print(table_passes(dict(rows=[row])).splitlines()[-1], flush=True)
         del levels
-    return dict(suite="passes", dtype=str(dtype).removeprefix("torch."), read_bandwidth_gbs=round(bandwidth, 2),
-                matmul_peak_gflops=round(peak, 1), budget=run.retrieval_budget,
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the next context's cache is larger: give the blocks back
+    return dict(suite="passes", device=str(device), dtype=str(dtype).removeprefix("torch."),
+                read_bandwidth_gbs=round(bandwidth, 2), matmul_peak_gflops=round(peak, 1), budget=run.retrieval_budget,
                 draft_window=run.draft_sinks + run.draft_window, repeats=args.repeats,
                 prompt=args.prompt_file or args.corpus, rows=rows)
 
 
 def table_passes(report: dict) -> str:
+    graphs = any("graph_ms" in r for r in report["rows"])
     body = [[str(r["context"]), r["level"], str(r["kv_tokens"]), str(r["T"]), fmt(r["ms"], ".2f"),
              fmt(r["gb_per_s"], ".1f"), fmt(r["gflop_per_s"], ".0f"), fmt(r["roofline_ms"], ".2f"),
-             fmt(r["x_roofline"], ".2f"), fmt(r["x_t1"], ".2f")] for r in report["rows"]]
+             fmt(r["x_roofline"], ".2f"), fmt(r["x_t1"], ".2f")]
+            + ([graph_cell(r.get("graph_ms"))] if graphs else []) for r in report["rows"]]
     table = markdown_table(["context", "level", "KV tokens", "T", "ms", "GB/s", "GFLOP/s", "roofline ms",
-                            "x roofline", "x T=1"], body)
+                            "x roofline", "x T=1"] + (["CUDA graph ms"] if graphs else []), body)
     if "read_bandwidth_gbs" in report:
         table += (f"\n\nRoofline = max(bytes / {report['read_bandwidth_gbs']} GB/s, FLOPs / "
-                  f"{report['matmul_peak_gflops']} GFLOP/s), both measured in this run; {report['dtype']}.")
+                  f"{report['matmul_peak_gflops']} GFLOP/s), both measured in this run on "
+                  f"{report.get('device', 'cpu')}; {report['dtype']}.")
+    if "weights" in report:
+        table += f" Weights: {report['weights']}."
     return table
+
+
+def graph_cell(value) -> str:
+    return "" if value is None else value if isinstance(value, str) else fmt(value, ".2f")
 
 
 def plot_passes(report: dict, out) -> list:

@@ -28,7 +28,10 @@ def corpus_text(name: str) -> str:
 
 def prompt_ids(engine: Engine, args: argparse.Namespace, tokens: int) -> list[int]:
     """The first `tokens` tokens of --prompt-file, else of the --corpus text (about 4-5 characters
-    per token in both corpora)."""
+    per token in both corpora). A random-weight checkpoint (--model FILE.json) gets random ids."""
+    from triforce.runtime.bench.random_weights import is_random, random_ids
+    if is_random(engine.model_dir):
+        return random_ids(engine.cfg.vocab_size, tokens)
     prompt_file = getattr(args, "prompt_file", None)
     if prompt_file:
         path = Path(prompt_file).expanduser()
