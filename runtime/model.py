@@ -247,9 +247,10 @@ def _build_plan(model: Transformer):
     from triforce.runtime import native
     from triforce.runtime.ops import PackedLinear
     from triforce.runtime.quant import Int4Linear, Int8Linear
+    if model.dtype != torch.bfloat16 or model.device.type != "cpu":
+        return None    # before any native module is asked for: a GPU run never compiles the CPU kernels
     layer_k, attention_k, quant_k = native.layer_cpu(), native.attention_cpu(), native.quant_cpu()
-    if layer_k is None or attention_k is None or model.dtype != torch.bfloat16 or model.device.type != "cpu" \
-            or not layer_k.has_avx512_bf16():
+    if layer_k is None or attention_k is None or not layer_k.has_avx512_bf16():
         return None
 
     def spec(linear):

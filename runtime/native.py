@@ -11,6 +11,7 @@ TRIFORCE_NATIVE=0 turns the kernels off (the torch path runs, for comparison).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -26,10 +27,23 @@ def _load(kernel: str, flavour: str, flags: list[str]):
 
     directory = BUILD_DIR / f"{kernel}_{flavour}"
     directory.mkdir(parents=True, exist_ok=True)
-    return cpp_extension.load(name=f"triforce_{kernel}_{flavour}", sources=[str(CSRC / f"{kernel}.cpp")],
-                              build_directory=str(directory),
-                              extra_cflags=["-O3", "-std=c++17", "-fopenmp", *flags],  # at::parallel_for is OpenMP
-                              extra_ldflags=["-fopenmp"], verbose=False)
+    with build_lock(directory):
+        return cpp_extension.load(name=f"triforce_{kernel}_{flavour}", sources=[str(CSRC / f"{kernel}.cpp")],
+                                  build_directory=str(directory),
+                                  extra_cflags=["-O3", "-std=c++17", "-fopenmp", *flags],  # at::parallel_for is OpenMP
+                                  extra_ldflags=["-fopenmp"], verbose=False)
+
+
+@contextlib.contextmanager
+def build_lock(directory: Path):
+    """One build at a time in `directory`, by a lock the kernel releases when its holder dies.
+    torch's own lock is a plain file: a build killed midway (a time limit, Ctrl-C) leaves it, and
+    every later build waits for it forever. Holding this lock, any such file is stale: removed."""
+    import fcntl
+    with open(directory / "triforce.flock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        (directory / "lock").unlink(missing_ok=True)
+        yield
 
 
 @functools.cache

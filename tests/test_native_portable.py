@@ -20,3 +20,30 @@ def test_source_compiles_without_cpu_flags(source):
                *(f"-I{d}" for d in includes), str(source)]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, f"{source.name} does not compile without -march flags:\n{result.stderr[-3000:]}"
+
+
+def test_a_build_killed_midway_does_not_block_the_next(tmp_path):
+    """torch's build lock is a plain file: a build killed by a time limit leaves it, and every later
+    build waited for it forever (seen on a GPU machine, round 20). Our lock, released by the kernel
+    when its holder dies, makes such a file stale, and it is removed."""
+    from triforce.runtime.native import build_lock
+    (tmp_path / "lock").write_text("")                      # left by a killed build
+    with build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_models_off_the_cpu_or_off_bf16_never_ask_for_native_modules(monkeypatch):
+    """The one-call decoder plan is CPU bf16 only; a GPU or fp32 model must not compile the CPU
+    kernels just to be told no (a minute or more on a fresh GPU machine)."""
+    import torch
+    from triforce.runtime import model as model_module, native
+    for name in ("layer_cpu", "attention_cpu", "quant_cpu"):
+        monkeypatch.setattr(native, name, lambda: pytest.fail("a native module was asked for"))
+    from triforce.runtime.config import model_config_from_dict
+    cfg = model_config_from_dict(dict(architectures=["LlamaForCausalLM"], vocab_size=64, hidden_size=32,
+                                      intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=64))
+    with torch.device("meta"):
+        on_meta = model_module.Transformer(cfg).to(torch.bfloat16)    # stands for a GPU: not a CPU
+    assert model_module._build_plan(on_meta) is None
+    assert model_module._build_plan(model_module.Transformer(cfg)) is None   # fp32 on the CPU
