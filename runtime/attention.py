@@ -38,6 +38,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if kernel is not None:
             return kernel.attend(q, k, v, q.shape[-1] ** -0.5)
         return _attend_sdpa_split(q, k, v)
+    if q.shape[2] > 1:
+        return _attend_sdpa_lower_right(q, k, v)
     return _attend_sdpa(q, k, v)
 
 
@@ -69,7 +71,19 @@ def _attend_sdpa(q, k, v):
     q = q.reshape(B, Hkv, G * T, D)                       # heads h = kv * G + g (HF's repeat_kv order)
     mask = None if T == 1 else causal_mask(T, S, q.device).repeat(G, 1)  # [G*T, S]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # [B, Hkv, G*T, D]
-    return out.view(B, H, T, D).transpose(1, 2)           # [B, T, H, D]
+    return out.reshape(B, H, T, D).transpose(1, 2)        # [B, T, H, D] (a GPU kernel may return other strides)
+
+
+def _attend_sdpa_lower_right(q, k, v):
+    # T > 1 on a GPU without flash-attn: the bottom-right causal mask as torch's CausalBias, which
+    # SDPA runs in its flash kernel (bf16/fp16; split over the keys, no [T, S] mask) or its
+    # memory-efficient one (fp32). A boolean mask sends SDPA to a kernel that splits the work over
+    # queries only: on an H200 a 2-token pass over 120K keys took 4x a 1-token one (BENCHMARKS "GPU").
+    from torch.nn.attention.bias import causal_lower_right
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(T, S), enable_gqa=Hkv != H)
+    return out.transpose(1, 2)                             # [B, H, T, D] -> [B, T, H, D]
 
 
 def _attend_sdpa_split(q, k, v):

@@ -74,6 +74,19 @@ def test_offloaded_cache_equals_resident_with_poisoned_slow_copies(tiny_dir, on_
     assert tier.bytes == 0
 
 
+def test_copies_of_cache_positions_go_as_contiguous_runs():
+    """Positions [a, b) of a [B, Hkv, S, D] buffer are B * Hkv contiguous runs, each copied
+    directly (a GPU copy of a strided host tensor goes through a synchronous pageable staging copy)."""
+    from triforce.offload.tier import contiguous_pairs
+    src = torch.randn(2, 3, 50, 8)
+    dst = torch.zeros(2, 3, 50, 8)
+    pairs = contiguous_pairs(dst[:, :, 10:30], src[:, :, 10:30])
+    assert len(pairs) == 6 and all(d.is_contiguous() and s.is_contiguous() for d, s in pairs)
+    Copier(torch.device("cpu"))._copy(dst[:, :, 10:30], src[:, :, 10:30])
+    assert torch.equal(dst[:, :, 10:30], src[:, :, 10:30]) and not dst[:, :, :10].any() and not dst[:, :, 30:].any()
+    assert len(contiguous_pairs(dst, src)) == 1                                  # whole buffers: one copy
+
+
 def test_offloaded_kv_and_streamed_weights_in_bf16_take_the_per_layer_path(tiny_dir):
     """bf16 on a CPU with the native kernels runs a resident pass in one native call
     (model.DecoderPlan over cache.slots()). An offloaded cache and streamed layers must decline

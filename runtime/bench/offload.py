@@ -30,7 +30,7 @@ def suite_offload(args) -> dict:
     rows = []
     for context in [longest_context(resident, base) if c == "max" else int(c) for c in args.contexts]:
         ids = prompt_ids(resident, args, context)
-        for mode in ("ar", "triforce"):
+        for mode in [m for m in ("ar", "triforce") if m in args.modes]:
             runs = interleaved({p: functools.partial(generate_unstopped, engines[p], ids,
                                                      dataclasses.replace(base, mode=mode, **extra))
                                 for p, extra in PLACEMENTS.items()}, args.repeats)
