@@ -1,6 +1,7 @@
 """`triforce bench --suite passes` (the roofline instrument) and the prompt options every suite
 shares, on tiny random checkpoints (this checks the accounting and the files, not speed)."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +83,29 @@ def test_peers_adds_llama_cpp_when_given_a_binary_and_a_gguf(tiny_pair, tmp_path
     assert args[args.index("-d") + 1] == "64" and args[args.index("-t") + 1] == "1" and "-o" in args
     assert args[args.index("-fa") + 1] == "0,1"
     assert "llama.cpp" in (out / "peers.md").read_text()
+
+
+def test_passes_on_random_weights_of_an_architecture(tmp_path, monkeypatch):
+    """--model / --draft-model FILE.json: random weights of that shape (timing only), written once
+    and reused, with random prompt ids; the report says so. A file that is not there is one line."""
+    from triforce.runtime.bench.random_weights import MARK, model_arg
+    monkeypatch.setenv("TRIFORCE_CACHE", str(tmp_path / "cache"))
+    shape = dict(architectures=["LlamaForCausalLM"], vocab_size=300, intermediate_size=64, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5, rope_theta=10000.0)
+    (tmp_path / "t.json").write_text(json.dumps(dict(shape, hidden_size=32, num_hidden_layers=2)))
+    (tmp_path / "d.json").write_text(json.dumps(dict(shape, hidden_size=16, num_hidden_layers=1)))
+    out = tmp_path / "out"
+    assert main(["bench", "--suite", "passes", "--model", str(tmp_path / "t.json"), "--draft-model",
+                 str(tmp_path / "d.json"), "--contexts", "96", "--pass-tokens", "1", "2", "--budget", "32",
+                 "--repeats", "1", "--dtypes", "fp32", "--threads", "1", "--out", str(out)]) == 0
+    report = json.loads((out / "passes.json").read_text())
+    assert report["weights"] == "random (timing only)" and report["device"] == "cpu"
+    assert {(r["level"], r["T"]) for r in report["rows"]} == {(lv, t) for lv in ("target", "retrieval", "drafter")
+                                                             for t in (1, 2)}
+    assert "Weights: random" in (out / "passes.md").read_text()
+    written = model_arg(str(tmp_path / "t.json"))
+    assert (tmp_path / "cache" / "random").exists() and (Path(written) / MARK).is_file()
+    stamp = (Path(written) / "model.safetensors").stat().st_mtime_ns
+    assert model_arg(str(tmp_path / "t.json")) == written                               # reused, not rewritten
+    assert (Path(written) / "model.safetensors").stat().st_mtime_ns == stamp
+    assert main(["bench", "--suite", "passes", "--model", str(tmp_path / "missing.json")]) == 2
