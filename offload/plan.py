@@ -39,7 +39,13 @@ from triforce.runtime.probes import GB, PCIE_GBS_PER_LANE, cpu_read_bandwidth, h
 GIB = 2**30
 LINK_EFFICIENCY = 0.8       # achievable share of the PCIe line rate when not measured (DMA from page-locked memory)
 DEVICE_RESERVE = 1.5 * GIB  # per GPU: CUDA context, allocator slack, activations of a prefill chunk
-LAYER_OVERHEAD_S = 50e-6    # kernel launches and syncs per layer pass on a GPU
+# Issuing a pass's kernels from Python (eager, no CUDA graphs) on a GPU: one H200 host, torch 2.11,
+# measured by `bench --suite passes` (docs/BENCHMARKS.md "GPU, round 20"): a 32-layer pass 18-22 ms
+# however small its reads (the middle level's 3.5 ms of HBM traffic included), a 2-layer one 1.4-1.6 ms;
+# replayed from a CUDA graph the same passes took 6.5 and 0.23 ms. The GPU runs while the host issues,
+# so a pass costs the larger of the two, not their sum.
+ISSUE_S_PER_LAYER = 0.55e-3
+ISSUE_S_PER_PASS = 0.4e-3   # embedding, final norm, head, the level's glue
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -97,17 +103,23 @@ def kv_layer_bytes(cfg: ModelConfig, dtype_bytes: int, tokens: int) -> int:
 
 def pass_seconds(cfg: ModelConfig, m: Machine, dtype_bytes: int, kv_tokens: int, offloaded_kv_layers: int,
                  weights_offloaded: bool) -> float:
-    """One forward pass over a cache of kv_tokens, split over m.gpus devices (memory-bound)."""
+    """One forward pass over a cache of kv_tokens, split over m.gpus devices: the larger of its
+    memory time and, on a GPU, the host's time to issue its kernels (issue_seconds)."""
     ways = max(1, m.gpus)
     w, kv = layer_weight_bytes(cfg, dtype_bytes) / ways, kv_layer_bytes(cfg, dtype_bytes, kv_tokens) / ways
-    overhead = 0.0 if m.cpu_only else LAYER_OVERHEAD_S
     total = outer_weight_bytes(cfg, dtype_bytes) / m.device_bandwidth  # replicated: each device reads it
     for layer in range(cfg.num_layers):
         kv_off = layer >= cfg.num_layers - offloaded_kv_layers
         streamed = (w if weights_offloaded else 0) + (kv if kv_off else 0)
         device_reads = w + kv  # streamed tensors are read again from their device slot
-        total += max(device_reads / m.device_bandwidth, streamed / m.link_bandwidth) + overhead
-    return total
+        total += max(device_reads / m.device_bandwidth, streamed / m.link_bandwidth)
+    return max(total, issue_seconds(cfg, m))
+
+
+def issue_seconds(cfg: ModelConfig, m: Machine) -> float:
+    """Host time to issue one pass's kernels on a GPU (each tensor-parallel shard's process issues
+    its own, in parallel); 0 on a CPU, where the pass is one native call."""
+    return 0.0 if m.cpu_only else ISSUE_S_PER_PASS + cfg.num_layers * ISSUE_S_PER_LAYER
 
 
 def predict(cfg: ModelConfig, m: Machine, dtype_bytes: int, context: int, on_chip: int, weights_offloaded: bool,
@@ -137,6 +149,10 @@ def plan(cfg: ModelConfig, m: Machine, dtype: str, context: int, gamma1: int = 2
                                        + outer_weight_bytes(draft, b))
     kv_layer = kv_layer_bytes(cfg, b, context)
     notes = list(m.notes)
+    if not m.cpu_only:
+        notes.append(f"passes are issued eagerly from Python: about {1000 * issue_seconds(cfg, m):.0f} ms per target "
+                     "pass on the host measured (an H200's, round 20) however little it reads; CUDA graphs would "
+                     "remove that and are not used yet")
     best = None
     budgets = [budget] if budget else [4096, 8192, 12288]
     for candidate in budgets:

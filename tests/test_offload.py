@@ -342,3 +342,20 @@ def test_offloaded_generation_under_inference_mode(engines):
     expected = resident.generate(ids, run).token_ids
     with torch.inference_mode():
         assert resident.generate(ids, dataclasses.replace(run, on_chip_layers=3)).token_ids == expected
+
+
+def test_a_gpu_pass_costs_the_larger_of_its_reads_and_its_issue_time():
+    """Eager GPU passes are issued from Python (0.4 ms + 0.55 ms a layer on the H200 host of round
+    20); the GPU runs meanwhile, so a pass costs the larger of the two. A CPU pass is one native call."""
+    from triforce.offload.plan import issue_seconds, pass_seconds
+    cfg = llama2_7b()
+    h200 = Machine(1, 140 * GIB, 4814 * GB, 55 * GB, 100 * GIB)
+    assert issue_seconds(cfg, h200) == pytest.approx(0.4e-3 + 32 * 0.55e-3)
+    middle = pass_seconds(cfg, h200, 2, 4096, 0, False)                  # 15.7 GB: 3.3 ms of HBM
+    assert middle == pytest.approx(issue_seconds(cfg, h200))
+    full = pass_seconds(cfg, h200, 2, 122_000, 0, False)                 # 77 GB: 16 ms < 18 ms of issue
+    assert full == pytest.approx(issue_seconds(cfg, h200))
+    offloaded = pass_seconds(cfg, h200, 2, 122_000, 32, False)           # 64 GB over 55 GB/s
+    assert offloaded > 1.0 > issue_seconds(cfg, h200)
+    cpu = Machine(0, 20 * GIB, 30 * GB, 15 * GB, 20 * GIB)
+    assert issue_seconds(cfg, cpu) == 0 and pass_seconds(cfg, cpu, 2, 4096, 0, False) == pytest.approx(15.7e9 / 30e9, rel=0.05)
