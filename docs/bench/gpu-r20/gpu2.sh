@@ -2,7 +2,10 @@
 # Round 20's second GPU call: before/after of the two fixes the first call motivated, in one run.
 #   attention: T > 1 passes through torch's lower-right CausalBias (flash) instead of a boolean mask
 #   offload:   host<->device KV copies as contiguous runs instead of one strided copy
-# "old" is the tree with runtime/attention.py and offload/tier.py of 34498b3 (carried as .ab/).
+# "old" is this tree with runtime/attention.py and offload/tier.py of 34498b3: build it with
+# docs/bench/gpu-r20/make_ab.sh, then run(command="bash docs/bench/gpu-r20/gpu2.sh", carry=[".ab"]).
+# Round 20's own try of this script produced nothing: the CPU kernels compiled on the GPU machine
+# and a killed build's lock hung every later step (both fixed in d6278c6; make_ab.sh includes it).
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 W=/tmp/gpu-work; mkdir -p $W /tmp/site_new/triforce
@@ -18,7 +21,7 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 M="--model ${M7:-configs/models/llama2-7b-128k.json} --draft-model ${M68:-configs/models/llama-68m.json} --dtypes bf16"
 for v in old new; do
   step 90 "passes $v" bash -c "bench $v --suite passes $M --contexts ${CONTEXTS:-32000 120000} --levels target retrieval \
-    --pass-tokens 1 2 4 8 16 --repeats 5 --budget ${BUDGET:-4096} --out $W/passes_$v"
+    --pass-tokens 1 2 4 8 16 --repeats 5 --budget ${BUDGET:-4096} --cuda-graph --out $W/passes_$v"
   cp $W/passes_$v/passes.json "$OUT/passes_$v.json" 2>/dev/null
 done
 for v in old new; do
