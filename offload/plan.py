@@ -300,10 +300,10 @@ def _config(path: str | None, default) -> ModelConfig:
     p = Path(path).expanduser()
     if p.is_file():
         try:
-            return model_config_from_dict(json.loads(p.read_text()))
+            return model_config_from_dict(json.loads(p.read_text()), str(p))
         except json.JSONDecodeError as e:
             raise UserError(f"{str(p)!r} is not valid JSON ({e})") from None
-    return model_config_from_dict(read_config_json(p))
+    return model_config_from_dict(read_config_json(p), str(p / "config.json"))
 
 
 def _default_target() -> ModelConfig:

@@ -67,7 +67,7 @@ class ModelConfig:
 
     @staticmethod
     def from_dir(model_dir: str | Path) -> "ModelConfig":
-        return model_config_from_dict(read_config_json(model_dir))
+        return model_config_from_dict(read_config_json(model_dir), str(Path(model_dir) / "config.json"))
 
 
 def read_config_json(model_dir: str | Path) -> dict:
@@ -106,7 +106,21 @@ def _rope_fields(raw: dict) -> tuple[float, dict | None]:
     return theta, scaling
 
 
-def model_config_from_dict(raw: dict) -> ModelConfig:
+def model_config_from_dict(raw: dict, source: str = "config.json") -> ModelConfig:
+    """The ModelConfig of a Hugging Face config.json's contents; a file that is not one (not an
+    object, a required field missing or malformed) is a UserError naming `source` and the field."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{source} holds a JSON {type(raw).__name__}, not an object; pass a model's config.json")
+    try:
+        return _model_config(raw)
+    except KeyError as e:
+        raise UserError(f"{source} lacks {e.args[0]!r}, which a Llama-family config.json has; "
+                        "is it a model's config.json?") from None
+    except (TypeError, ValueError) as e:
+        raise UserError(f"{source} has a field of the wrong kind ({e}); is it a model's config.json?") from None
+
+
+def _model_config(raw: dict) -> ModelConfig:
     archs = raw.get("architectures") or [raw.get("model_type", "?")]
     arch = archs[0]
     if arch not in SUPPORTED_ARCHITECTURES:

@@ -109,3 +109,7 @@ def test_passes_on_random_weights_of_an_architecture(tmp_path, monkeypatch):
     assert model_arg(str(tmp_path / "t.json")) == written                               # reused, not rewritten
     assert (Path(written) / "model.safetensors").stat().st_mtime_ns == stamp
     assert main(["bench", "--suite", "passes", "--model", str(tmp_path / "missing.json")]) == 2
+    (tmp_path / "bad.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 32}))
+    assert main(["bench", "--suite", "passes", "--model", str(tmp_path / "bad.json")]) == 2
+    assert sorted(p.name for p in (tmp_path / "cache" / "random").iterdir()) == sorted(   # nothing half-written
+        [Path(written).name, Path(model_arg(str(tmp_path / "d.json"))).name])

@@ -132,6 +132,18 @@ def test_missing_dir_and_config_errors(tmp_path):
         ModelConfig.from_dir(tmp_path)
 
 
+def test_a_config_that_is_no_models_is_one_line_naming_the_field(tmp_path):
+    """A config.json without a required field, with one of the wrong kind, or not an object: a
+    UserError naming the file and the field (a KeyError traceback before round 20)."""
+    for raw, match in [({"architectures": ["LlamaForCausalLM"], "hidden_size": 32}, "lacks 'num_attention_heads'"),
+                       ({"architectures": ["LlamaForCausalLM"], "num_attention_heads": "many"}, "wrong kind"),
+                       ([1, 2], "JSON list, not an object")]:
+        (tmp_path / "config.json").write_text(json.dumps(raw))
+        with pytest.raises(UserError, match=match) as e:
+            ModelConfig.from_dir(tmp_path)
+        assert str(tmp_path / "config.json") in str(e.value)
+
+
 def test_missing_tensors_named(tmp_path):
     t = transformers
     model_dir = save_tiny(tmp_path, t.LlamaConfig, t.LlamaForCausalLM)

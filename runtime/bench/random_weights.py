@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from triforce.runtime.config import model_config_from_dict
 from triforce.runtime.errors import UserError
 
 MARK = "RANDOM_WEIGHTS"  # present in every checkpoint written here
@@ -59,6 +60,7 @@ def random_checkpoint(config_file: Path, seed: int = 0) -> Path:
         config = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{str(config_file)!r} is not valid JSON ({e}); pass a model's config.json") from None
+    model_config_from_dict(config, str(config_file))      # a file that is no model's config: one line, before any write
     key = hashlib.sha256(raw + f"seed={seed}".encode()).hexdigest()[:12]
     out = cache_dir() / "random" / f"{config_file.stem}-{key}"
     if is_random(out):
@@ -66,10 +68,14 @@ def random_checkpoint(config_file: Path, seed: int = 0) -> Path:
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    (tmp / "config.json").write_text(json.dumps(config, indent=1))
-    write_random_weights(tmp, seed)
-    write_word_tokenizer(tmp, int(config["vocab_size"]))
-    (tmp / MARK).write_text(f"random weights (std {STD}, seed {seed}) of {config_file}: for timing only\n")
+    try:
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        write_random_weights(tmp, seed)
+        write_word_tokenizer(tmp, int(config["vocab_size"]))
+        (tmp / MARK).write_text(f"random weights (std {STD}, seed {seed}) of {config_file}: for timing only\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)   # no half-written checkpoint left behind (a full disk, Ctrl-C)
+        raise
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out
