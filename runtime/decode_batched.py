@@ -168,7 +168,7 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
     for t in threads:
         t.join()
     names = {id(m): f"{role}-{weights}" + (f"-vocab{vocab}" if vocab else "")
-             for (role, weights, vocab), m in lower.items()}
+             for (role, weights, vocab, *_), m in lower.items()}   # key: Engine.level_model's
     names.update({id(engine.model): "target", id(engine.drafter): "drafter"})
     outcome.passes = {names[k]: n for k, n in batcher.passes.items()}
     outcome.packed_rows = {names[k]: n for k, n in batcher.packed_rows.items()}

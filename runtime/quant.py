@@ -279,12 +279,13 @@ class PrunedHead(nn.Module):
 
 
 def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor | None = None,
-                     head: str | None = None) -> nn.Module:
+                     head: str | None = None, dtype: torch.dtype | None = None) -> nn.Module:
     """A model for a lower level: `model` itself when nothing changes, else a copy whose linear
     weights are quantized (`weights`) and/or whose head keeps only the `kept` ids. The head is
     quantized as HEAD_KIND[weights] says unless `head` names a kind (the `lower` bench suite
     compares them). Embeddings, norms and RoPE settings are shared with `model` (the copy holds
-    references, not copies)."""
+    references, not copies), unless `dtype` asks for another compute dtype for a quantized copy:
+    then the copy's remaining float tensors (embedding, norms) are converted copies."""
     for kind in (weights, head or weights):
         if kind not in WEIGHT_KINDS:
             raise UserError(f"weights {kind!r} is not one of {', '.join(WEIGHT_KINDS)}")
@@ -305,9 +306,27 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
     for m in out.modules():
         if isinstance(m, Int4Linear):
             m._codes = None
+    if dtype is not None and dtype != model.dtype:
+        if weights == "same":
+            raise ValueError("a compute dtype of its own is for quantized copies (dense weights would be copied)")
+        convert_floats(out, dtype)
     out.weights = weights + (f"+head-{head}" if head != HEAD_KIND[weights] else "") \
         + (f"+vocab{len(kept)}" if kept is not None else "")
     return out
+
+
+def convert_floats(model: nn.Module, dtype: torch.dtype) -> None:
+    """Replaces, in `model`'s own modules only, every float parameter and buffer by a converted
+    copy (the tensors it shares with another model stay as they are); a quantized linear keeps its
+    scales and converts its bias and its dtype marker."""
+    for m in model.modules():
+        quantized = isinstance(m, _QuantLinear)
+        for name, t in list(m._parameters.items()):
+            if t is not None and t.is_floating_point() and t.dtype != dtype and (not quantized or name == "bias"):
+                m._parameters[name] = nn.Parameter(t.detach().to(dtype), requires_grad=False)
+        for name, t in list(m._buffers.items()):
+            if t is not None and t.is_floating_point() and t.dtype != dtype and (not quantized or name == "weight"):
+                m._buffers[name] = t.to(dtype)
 
 
 def weight_bytes(model: nn.Module) -> int:

@@ -188,6 +188,9 @@ def level_stats(stack: list[Level]) -> dict:
         s["seconds"] = round(s["seconds"], 4)
         s["weights"] = getattr(level, "weights", "same")
         s["weight_bytes"] = getattr(level, "weight_bytes", 0)
+        dtype = getattr(getattr(level, "model", None), "dtype", None)   # a lower level may compute in its own
+        if isinstance(dtype, torch.dtype):
+            s["dtype"] = str(dtype).removeprefix("torch.")
         if hasattr(level.cache, "budget"):          # a retrieval cache: its budget (set, or budget_for's)
             s["budget"] = level.cache.budget
         if level.stats.drafted:

@@ -149,7 +149,7 @@ def test_quantized_and_pruned_lower_levels_emit_the_target_distribution(tiny_tar
     torch.set_num_threads(1)   # tiny passes: thread hand-offs make them 10x slower (conftest restores it)
     params = SamplingParams(temperature=1.0)
     drafter = lower_level_copy(tiny_target, "int4", kept=torch.tensor([0, 2, 3]))   # zero mass on 1, 4, 5
-    middle = lower_level_copy(tiny_target, "int8")
+    middle = lower_level_copy(tiny_target, "int8", dtype=torch.bfloat16)   # as an fp32 engine's on a CPU
     stack = [level("drafter", drafter, params), level("retrieval", middle, params),
              level("target", tiny_target, params)]
     prompt = [0, 3, 1]
@@ -183,6 +183,34 @@ def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
     assert copy.dtype == tiny_target.dtype and copy.weights == "int8"
     assert weight_bytes(copy) < weight_bytes(tiny_target) / 3          # fp32 -> int8 (+ scales)
     assert lower_level_copy(tiny_target, "same") is tiny_target
+
+
+def test_a_quantized_copy_may_compute_in_bf16_leaving_its_source_as_it_was(tiny_target):
+    """An fp32 engine's quantized lower levels compute in bf16 on CPUs with the native kernels
+    (Engine.lower_level_dtype): the copy converts its own embedding and norms, keeps its scales,
+    and the source model (the target) is untouched."""
+    before = {n: t.clone() for n, t in tiny_target.state_dict().items()}
+    for weights, kept in (("int4", None), ("int8", torch.tensor([0, 2, 3]))):
+        c = lower_level_copy(tiny_target, weights, kept, dtype=torch.bfloat16)
+        assert c.dtype == torch.bfloat16 and tiny_target.dtype == torch.float32
+        assert c.model.embed_tokens.weight.dtype == torch.bfloat16 and c.model.norm.weight.dtype == torch.bfloat16
+        assert c.model.embed_tokens.weight is not tiny_target.model.embed_tokens.weight
+        q = c.model.layers[0].mlp.down_proj
+        assert q.weight.dtype == torch.bfloat16                                 # the dtype marker
+        same = lower_level_copy(tiny_target, weights, kept)
+        for (n, a), (_, b) in zip(sorted(c.named_buffers()), sorted(same.named_buffers())):
+            if n.endswith("weight") and a.numel() == 0:
+                continue                                                         # dtype markers
+            assert torch.equal(a, b), n                                          # codes and scales as before
+        x = torch.tensor([[0, 3, 1, 4]])
+        cache = FullCache(c.cfg, c.rope(32), 1, 32, torch.device("cpu"), c.dtype)
+        ref = FullCache(same.cfg, same.rope(32), 1, 32, torch.device("cpu"), same.dtype)
+        with torch.inference_mode():
+            torch.testing.assert_close(c(x, cache), same(x, ref), rtol=0.05, atol=0.3)
+    for n, t in tiny_target.state_dict().items():
+        assert t.dtype == before[n].dtype and torch.equal(t, before[n]), n
+    with pytest.raises(ValueError, match="quantized"):
+        lower_level_copy(tiny_target, "same", torch.tensor([0, 2]), dtype=torch.bfloat16)
 
 
 def test_int4_copy_keeps_its_head_in_int8(tiny_target):
@@ -249,6 +277,9 @@ def test_quantized_and_pruned_lower_levels_keep_greedy_output_equal_to_ar(engine
             cheap = native_kernels_run(engine.model)   # where not, auto is the model's own weights
             assert levels["retrieval"]["weights"] == ("int4" if cheap else "same")
             assert levels["drafter"]["weights"] == ("int4+vocab4096" if cheap else "same")
+            lower = engine.lower_level_dtype(RunConfig(**base, **kw), engine.model, "int4")
+            assert levels["target"]["dtype"] == "float32"
+            assert levels["retrieval"]["dtype"] == ("bfloat16" if cheap and lower else "float32")
             continue
         lower = levels["retrieval" if kw["mode"] != "spec" else "drafter"]
         assert lower["weight_bytes"] < levels["target"]["weight_bytes"], kw
