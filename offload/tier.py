@@ -297,6 +297,6 @@ def contiguous_pairs(dst: torch.Tensor, src: torch.Tensor) -> list[tuple[torch.T
     [a, b) of a [B, Hkv, S, D] cache are B * Hkv contiguous runs. torch copies a non-contiguous
     host tensor to a GPU by first making a pageable contiguous copy on the host, synchronously
     (the KV stream ran at 9 GB/s of a 55 GB/s link, BENCHMARKS "GPU"); runs copy directly."""
-    if (dst.is_contiguous() and src.is_contiguous()) or dst.dim() <= 1:
-        return [(dst, src)]
+    if (dst.is_contiguous() and src.is_contiguous()) or dst.dim() <= 1 or dst.stride(-1) != 1 or src.stride(-1) != 1:
+        return [(dst, src)]   # whole, or rows that no split makes contiguous (a transposed view): one copy
     return [pair for d, s in zip(dst, src, strict=True) for pair in contiguous_pairs(d, s)]

@@ -85,6 +85,8 @@ def test_copies_of_cache_positions_go_as_contiguous_runs():
     Copier(torch.device("cpu"))._copy(dst[:, :, 10:30], src[:, :, 10:30])
     assert torch.equal(dst[:, :, 10:30], src[:, :, 10:30]) and not dst[:, :, :10].any() and not dst[:, :, 30:].any()
     assert len(contiguous_pairs(dst, src)) == 1                                  # whole buffers: one copy
+    square = torch.randn(64, 64)
+    assert len(contiguous_pairs(torch.empty(64, 64), square.t())) == 1          # strided rows: no split helps
 
 
 def test_offloaded_kv_and_streamed_weights_in_bf16_take_the_per_layer_path(tiny_dir):
