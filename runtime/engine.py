@@ -199,13 +199,10 @@ class Engine(Checkpoint):
         (the local backend): a proposer's dtype never reaches the output (the target decides every
         token), and in bf16 its pass is one native call over half the KV bytes (the middle level
         at 7K: 13.7 ms a pass in fp32). None: the source's own dtype."""
-        from triforce.runtime import native
+        from triforce.runtime.model import plan_kernels
         if weights == "same" or source.dtype != torch.float32 or source.device.type != "cpu" or run.backend != "local":
             return None
-        layer_k = native.layer_cpu()
-        if layer_k is None or native.attention_cpu() is None or not layer_k.has_avx512_bf16():
-            return None
-        return torch.bfloat16
+        return torch.bfloat16 if plan_kernels() is not None else None
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
         """The levels of run.mode (runtime/modes.py), smallest proposer first, and the gammas between them."""

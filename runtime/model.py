@@ -243,15 +243,26 @@ def decoder_plan(model: Transformer):
     return _PLANS[model] or None
 
 
-def _build_plan(model: Transformer):
+def plan_kernels():
+    """(layer, attention, quant) native modules when a bf16 model's decoder plan can run on this
+    CPU (quant may be None: only quantized linears need it), else None. Ask only for a bf16 CPU
+    model: asking builds the CPU kernels (a GPU run must never compile them)."""
     from triforce.runtime import native
+    layer_k, attention_k = native.layer_cpu(), native.attention_cpu()
+    if layer_k is None or attention_k is None or not layer_k.has_avx512_bf16():
+        return None
+    return layer_k, attention_k, native.quant_cpu()
+
+
+def _build_plan(model: Transformer):
     from triforce.runtime.ops import PackedLinear
     from triforce.runtime.quant import Int4Linear, Int8Linear
     if model.dtype != torch.bfloat16 or model.device.type != "cpu":
         return None    # before any native module is asked for: a GPU run never compiles the CPU kernels
-    layer_k, attention_k, quant_k = native.layer_cpu(), native.attention_cpu(), native.quant_cpu()
-    if layer_k is None or attention_k is None or not layer_k.has_avx512_bf16():
+    kernels = plan_kernels()
+    if kernels is None:
         return None
+    layer_k, attention_k, quant_k = kernels
 
     def spec(linear):
         bias = linear.bias
