@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from triforce.runtime.config import RunConfig
+from triforce.runtime.decode import timed as decode_timed
 from triforce.runtime.engine import Engine, Result
 from triforce.runtime.probes import nvml_gpus
 from triforce.runtime.quant import weight_bytes
@@ -55,12 +56,11 @@ def interleaved(variants: dict, repeats: int, warmup: int = 1) -> dict[str, list
     return results
 
 
-def timed(run):
-    """`run` (no arguments) made to return its wall seconds instead of its result, for interleaved."""
+def timed(run, device: torch.device | None = None):
+    """`run` (no arguments) made to return its wall seconds instead of its result, for interleaved;
+    on a GPU `device` is drained after each call (decode.timed), so its kernels count."""
     def timed_run() -> float:
-        start = time.perf_counter()
-        run()
-        return time.perf_counter() - start
+        return decode_timed(run, device=device)[1]
     return timed_run
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 
@@ -39,22 +38,8 @@ def matmul_peak_gflops(dtype: torch.dtype, device: torch.device = torch.device("
     size = 8192 if device.type == "cuda" else 2048
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
-    best = min(interleaved({"matmul": synced(lambda: a @ b, device)}, repeats)["matmul"])  # 1 warm-up: thread pool, kernel choice
+    best = min(interleaved({"matmul": timed(lambda: a @ b, device)}, repeats)["matmul"])  # 1 warm-up: thread pool, kernel choice
     return 2 * size ** 3 / best / 1e9
-
-
-def synced(run, device: torch.device):
-    """timed(run) with the device drained before and after (a GPU runs asynchronously)."""
-    if device.type != "cuda":
-        return timed(run)
-
-    def run_synced() -> float:
-        torch.cuda.synchronize(device)  # host sync: timing boundary only
-        start = time.perf_counter()
-        run()
-        torch.cuda.synchronize(device)
-        return time.perf_counter() - start
-    return run_synced
 
 
 def fill_full_cache(cache, S: int, seed: int = 0) -> None:
@@ -73,7 +58,7 @@ def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
     """Seconds of `repeats` T-token passes (after two warm-ups), each rolled back after."""
     x = torch.tensor([tokens], device=level.model.device)            # [1, T]
     n = level.cache.get_seq_length()
-    forward = synced(lambda: level.model(x, level.cache), x.device)  # [1, T, V]: T rows, as verify needs
+    forward = timed(lambda: level.model(x, level.cache), x.device)  # [1, T, V]: T rows, as verify needs
 
     def one_pass() -> float:
         seconds = forward()
@@ -103,7 +88,7 @@ def time_graph_pass(level, tokens: list[int], repeats: int) -> list[float] | str
         return f"capture failed: {str(e).splitlines()[0][:160]}"
     finally:
         level.cache.crop(n)
-    return interleaved({"graph": synced(graph.replay, x.device)}, repeats, warmup=2)["graph"]
+    return interleaved({"graph": timed(graph.replay, x.device)}, repeats, warmup=2)["graph"]
 
 
 def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:
