@@ -1,7 +1,7 @@
 """The per-layer ops of a decode pass, native on CPU where that pays, each with its torch twin.
 
     linear    x [..., K] . w [O, K]^T (+ bias)   native for few bf16 rows (N = B*T <= MAX_ROWS)
-    PackedLinear  the same with w packed at load   native for any bf16 rows (the engine's models)
+    PackedLinear  the same with w packed at load   native for any bf16 or fp32 rows (the engine's models)
     rms_norm  w * x / rms(x), fp32 statistics     native for bf16/fp32
     rope      x * cos + rotate_half(x) * sin      native for bf16/fp32, can write into a cache slice
     silu_mul  silu(gate) * up                     native for bf16/fp32
@@ -98,36 +98,41 @@ class Linear(nn.Linear):
 BLOCK = 16   # output rows per packed block: the 16 fp32 lanes of one zmm
 
 
+PACKED_DTYPES = (torch.bfloat16, torch.float32)   # weights the packed kernel takes
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """w [O, K] bf16 (K even) -> packed [ceil(O/16), K/2, 16, 2]: per block of 16 output rows, one
-    64-byte vector per pair of columns (runtime/csrc/layer_cpu.cpp linear_packed); rows past O are zero."""
+    """w [O, K] bf16 or fp32 -> packed [ceil(O/16), K/u, 16, u] with u = 4 bytes / element size
+    (bf16: 2, K even; fp32: 1): per block of 16 output rows, one 64-byte vector per 4-byte unit of
+    columns (runtime/csrc/layer_cpu.cpp linear_packed); rows past O are zero."""
     O, K = weight.shape
-    blocks = -(-O // BLOCK)
+    blocks, unit = -(-O // BLOCK), 4 // weight.element_size()
     padded = weight.new_zeros(blocks * BLOCK, K)
     padded[:O] = weight
-    return padded.view(blocks, BLOCK, K // 2, 2).transpose(1, 2).contiguous()
+    return padded.view(blocks, BLOCK, K // unit, unit).transpose(1, 2).contiguous()
 
 
 def unpack(packed: torch.Tensor, out_features: int) -> torch.Tensor:
-    """The inverse of pack: packed [B, K/2, 16, 2] -> w [O, K]."""
-    blocks, pairs = packed.shape[:2]
-    return packed.transpose(1, 2).reshape(blocks * BLOCK, pairs * 2)[:out_features]
+    """The inverse of pack: packed [B, K/u, 16, u] -> w [O, K]."""
+    blocks, units, _, unit = packed.shape
+    return packed.transpose(1, 2).reshape(blocks * BLOCK, units * unit)[:out_features]
 
 
 def packable(linear: nn.Module) -> bool:
-    """Whether `linear` can run on the packed kernel: a dense bf16 CPU nn.Linear with an even input
-    width, on a build with avx512_bf16."""
-    if not isinstance(linear, nn.Linear) or linear.weight.dtype != torch.bfloat16 or linear.weight.device.type != "cpu":
+    """Whether `linear` can run on the packed kernel: a dense bf16 or fp32 CPU nn.Linear (bf16:
+    an even input width), on a build with the AVX-512 kernels (avx512_bf16)."""
+    if not isinstance(linear, nn.Linear) or linear.weight.dtype not in PACKED_DTYPES or linear.weight.device.type != "cpu":
         return False
     kernel = native.layer_cpu()
-    return linear.in_features % 2 == 0 and kernel is not None and kernel.has_avx512_bf16()
+    even = linear.in_features % 2 == 0 or linear.weight.dtype == torch.float32
+    return even and kernel is not None and kernel.has_avx512_bf16()
 
 
 class PackedLinear(nn.Module):
-    """A bf16 linear whose weight lives only in the packed layout (pack): every call, whatever the
-    row count, is one native call that streams the weights once (decode and verify passes run at
-    the memory floor; prefill chunks at 650-850 GFLOP/s, within 0-20% of torch's GEMM here), and a
-    prefill row equals the decode row bitwise. `weight` is an empty marker in the dtype and on the
+    """A bf16 or fp32 linear whose weight lives only in the packed layout (pack): every call,
+    whatever the row count, is one native call that streams the weights once (decode and verify
+    passes run at the memory floor; bf16 prefill chunks at 650-850 GFLOP/s, within 0-20% of
+    torch's GEMM here), and a prefill row equals the decode row bitwise. `weight` is an empty marker in the dtype and on the
     device (as the quantized linears have), so Transformer.device/.dtype work on a packed head;
     dense() gives the [O, K] matrix back (quantized copies of a packed model are made from it).
     No backward: inference only (distillation trains plain modules)."""
@@ -136,7 +141,7 @@ class PackedLinear(nn.Module):
         super().__init__()
         w = linear.weight.detach()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("packed", pack(w))                                      # [B, K/2, 16, 2]
+        self.register_buffer("packed", pack(w))                                      # [B, K/u, 16, u]
         self.register_buffer("weight", w.new_empty(0), persistent=False)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
 
@@ -158,8 +163,8 @@ def dense_weight(linear: nn.Module) -> torch.Tensor:
 
 def pack_linears(model: nn.Module) -> nn.Module:
     """Replaces every packable linear of `model` (in place) by a PackedLinear; a no-op off CPU, off
-    bf16, or where the kernel did not build. A tied head gets its own packed copy (the embedding
-    stays a lookup table): for SmolLM2-135M, 56 MB more."""
+    bf16 and fp32, or where the kernel did not build. A tied head gets its own packed copy (the
+    embedding stays a lookup table): for SmolLM2-135M, 56 MB more in bf16, 113 MB in fp32."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if packable(child):

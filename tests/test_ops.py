@@ -71,34 +71,53 @@ def test_packed_kernel_matches_fp32_reference(kernel, N, O, K):
     torch.testing.assert_close(out.float(), ref(x, w, b).float(), rtol=2 ** -7, atol=1e-3 * K ** 0.5 + 1e-2)
 
 
-def test_pack_round_trip_and_packed_rows_are_row_invariant(kernel):
+@pytest.mark.parametrize("N", [1, 4, 6, 7, 8, 12, 13, 40])
+@pytest.mark.parametrize("O,K", [(64, 32), (7, 576), (131, 101), (960, 576), (576, 1536), (49, 1)])
+def test_packed_fp32_kernel_matches_fp64_reference(kernel, N, O, K):
+    """The fp32 packed kernel (odd K included): fp32 sums in column order, as close to an fp64
+    reference as a K-term fp32 sum gets (torch's blocked GEMM is a few times closer)."""
+    g = torch.Generator().manual_seed(N * 1000 + O + K)
+    x, w, b = torch.randn(N, K, generator=g), torch.randn(O, K, generator=g), torch.randn(O, generator=g)
+    out = kernel.linear_packed(x, linear_mod.pack(w), b, O)
+    assert out.shape == (N, O) and out.dtype == torch.float32
+    expect = F.linear(x.double(), w.double(), b.double())
+    torch.testing.assert_close(out.double(), expect, rtol=1e-5, atol=2e-6 * K)
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (63, 288, 16, 2)), (torch.float32, (63, 576, 16, 1))])
+def test_pack_round_trip_and_packed_rows_are_row_invariant(kernel, dtype, shape):
     g = torch.Generator().manual_seed(3)
-    w = torch.randn(1000, 576, generator=g).bfloat16()
+    w = torch.randn(1000, 576, generator=g).to(dtype)
     packed = linear_mod.pack(w)
-    assert packed.shape == (63, 288, 16, 2) and torch.equal(linear_mod.unpack(packed, 1000), w)
-    x = torch.randn(13, 576, generator=g).bfloat16()
+    assert packed.shape == shape and torch.equal(linear_mod.unpack(packed, 1000), w)
+    x = torch.randn(13, 576, generator=g).to(dtype)
     together = kernel.linear_packed(x, packed, None, 1000)
     alone = torch.cat([kernel.linear_packed(x[i:i + 1], packed, None, 1000) for i in range(13)])
     assert torch.equal(together, alone)
 
 
 def test_pack_linears_replaces_only_packable_modules(kernel):
-    """A bf16 model's linears become PackedLinear with the same outputs (to bf16 rounding) and the
-    same dense weight; fp32 and odd-width linears stay as they are."""
+    """A bf16 or fp32 model's linears become PackedLinear with the same outputs (to rounding) and
+    the same dense weight; odd-width bf16 and fp16 linears stay as they are."""
     g = torch.Generator().manual_seed(4)
     model = torch.nn.Sequential(linear_mod.Linear(64, 40, bias=True), torch.nn.Linear(40, 33),
                                 torch.nn.Linear(33, 8)).bfloat16()
-    model.add_module("fp32", torch.nn.Linear(8, 8))
-    dense = [m.weight.clone() for m in model[:2]]
+    model.add_module("fp32", torch.nn.Linear(8, 7))
+    model.add_module("fp16", torch.nn.Linear(7, 8).half())
+    dense = [m.weight.clone() for m in (model[0], model[1], model[3])]
     x = torch.randn(2, 5, 64, generator=g).bfloat16()
     with torch.inference_mode():
         before = model[2](model[1](model[0](x)))
+        before32 = model[3](before.float())
         linear_mod.pack_linears(model)
         after = model[2](model[1](model[0](x)))
-    assert [type(m).__name__ for m in model] == ["PackedLinear", "PackedLinear", "Linear", "Linear"]
+        after32 = model[3](before.float())
+    assert [type(m).__name__ for m in model] == ["PackedLinear", "PackedLinear", "Linear", "PackedLinear", "Linear"]
     assert model[0].weight.dtype == torch.bfloat16 and model[0].weight.numel() == 0   # the marker
-    assert all(torch.equal(linear_mod.dense_weight(m), w) for m, w in zip(model[:2], dense))
+    assert model[3].weight.dtype == torch.float32 and model[3].weight.numel() == 0
+    assert all(torch.equal(linear_mod.dense_weight(m), w) for m, w in zip((model[0], model[1], model[3]), dense))
     torch.testing.assert_close(after.float(), before.float(), rtol=2 ** -6, atol=0.05)
+    torch.testing.assert_close(after32, before32, rtol=1e-5, atol=1e-5)
 
 
 def test_dispatch(kernel, monkeypatch):

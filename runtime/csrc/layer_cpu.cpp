@@ -1,5 +1,5 @@
 // The per-layer ops of a CPU decode/verify pass, each one call where torch takes several:
-//   linear    y [N, O] = x [N, K] . w [O, K]^T (+ bias [O]), bf16 (the bytes of a pass)
+//   linear    y [N, O] = x [N, K] . w [O, K]^T (+ bias [O]), bf16; packed: bf16 or fp32 (the bytes of a pass)
 //   rms_norm  out = w * (x / rms(x)), fp32 statistics             (torch: 8 ops)
 //   rope      out = x * cos + rotate_half(x) * sin, into any view (torch: 6 ops and a copy)
 //   silu_mul  out = silu(gate) * up (torch: 2 ops and a temporary)
@@ -239,20 +239,94 @@ void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, i
 }
 #endif
 
-// y [N, O] bf16 = x [N, K] bf16 . w^T (+ bias [O]) with w in the packed layout above.
+#if TF_AVX512
+// The fp32 twin of packed_tile: packed [B, K, 16] fp32, one 64-byte vector per column of a
+// block's 16 rows; a broadcast x value times that vector adds into 16 fp32 lanes (vfmadd231ps).
+// torch's fp32 GEMM read the weights at 10-14 GB/s for 4-8 rows on the 2-core Xeon (a verify pass
+// of an fp32 target cost 1.5-2x a 1-token one); this streams them once for any row count.
+// Row-invariant as the bf16 kernel: y[n, o] sums the columns in order in lane o % 16.
+constexpr int64_t PREFETCH_COLS = 32;   // columns ahead = 64-byte lines ahead per block
+template <int pr, int pb>
+inline void packed_tile_f32(const float* x, int64_t ldx, const float* wb, int64_t K, const float* bias,
+                            float* y, int64_t ldy, int64_t o0, int64_t O) {
+  __m512 acc[pr][pb];
+  for (int n = 0; n < pr; ++n)
+    for (int m = 0; m < pb; ++m) acc[n][m] = _mm512_setzero_ps();
+  const int64_t bstride = K * 16;  // floats per block
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 w[pb];
+    if (pr >= PREFETCH_MIN_ROWS)
+      for (int m = 0; m < pb; ++m) _mm_prefetch((const char*)(wb + m * bstride + (k + PREFETCH_COLS) * 16), _MM_HINT_T0);
+    for (int m = 0; m < pb; ++m) w[m] = _mm512_load_ps(wb + m * bstride + k * 16);
+    for (int n = 0; n < pr; ++n) {
+      const __m512 xb = _mm512_set1_ps(x[n * ldx + k]);
+      for (int m = 0; m < pb; ++m) acc[n][m] = _mm512_fmadd_ps(xb, w[m], acc[n][m]);
+    }
+  }
+  for (int m = 0; m < pb; ++m) {
+    const int64_t o = o0 + 16 * m;
+    const int64_t live = std::min<int64_t>(16, O - o);
+    const __mmask16 mask = (__mmask16)((1u << live) - 1);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + o) : _mm512_setzero_ps();
+    for (int n = 0; n < pr; ++n) _mm512_mask_storeu_ps(y + n * ldy + o, mask, _mm512_add_ps(acc[n][m], b));
+  }
+}
+
+template <int pb>
+void packed_rows_f32(const float* x, int64_t ldx, int64_t N, const float* wb, int64_t K, const float* bias,
+                     float* y, int64_t O, int64_t o0) {
+  constexpr int PR = pb >= 3 ? 6 : 12;  // pr * pb accumulators + pb weight vectors within 32 zmm
+  int64_t n0 = 0;
+  for (; n0 + PR <= N; n0 += PR) packed_tile_f32<PR, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O);
+  switch (N - n0) {
+#define TF_ROWS(r) case r: packed_tile_f32<r, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O); break;
+    TF_ROWS(1) TF_ROWS(2) TF_ROWS(3) TF_ROWS(4) TF_ROWS(5) TF_ROWS(6) TF_ROWS(7)
+    TF_ROWS(8) TF_ROWS(9) TF_ROWS(10) TF_ROWS(11)
+#undef TF_ROWS
+    default: break;
+  }
+}
+
+void linear_packed_f32(const torch::Tensor& x, const torch::Tensor& packed, const float* bp, torch::Tensor& y, int64_t O) {
+  const int64_t N = x.size(0), K = x.size(1), B = (O + 15) / 16, ldx = x.stride(0);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = packed.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  constexpr int PB = 4;  // blocks per tile (64 outputs)
+  at::parallel_for(0, B, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; b += PB) {
+      const float* wb = wp + b * K * 16;
+      switch (std::min<int64_t>(PB, end - b)) {
+        case 4: packed_rows_f32<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 3: packed_rows_f32<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 2: packed_rows_f32<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        default: packed_rows_f32<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+      }
+    }
+  });
+}
+#endif
+
+// y [N, O] = x [N, K] . w^T (+ bias [O]) with w in the packed layout above: bf16 [B, K/2, 16, 2]
+// or fp32 [B, K, 16, 1] (one 64-byte vector of a block's 16 rows per 4-byte unit of columns).
 torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias, int64_t O) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16 && x.stride(1) == 1,
-              "linear_packed: x [N, K] bf16 with unit stride in K expected, got ", x.sizes(), " ", x.scalar_type());
-  const int64_t N = x.size(0), K = x.size(1), B = (O + 15) / 16;
-  TORCH_CHECK(K % 2 == 0 && packed.scalar_type() == at::kBFloat16 && packed.is_contiguous() &&
+  const bool f32 = x.scalar_type() == at::kFloat;
+  TORCH_CHECK(x.dim() == 2 && (f32 || x.scalar_type() == at::kBFloat16) && x.stride(1) == 1,
+              "linear_packed: x [N, K] bf16 or fp32 with unit stride in K expected, got ", x.sizes(), " ", x.scalar_type());
+  const int64_t N = x.size(0), K = x.size(1), B = (O + 15) / 16, unit = f32 ? 1 : 2;
+  TORCH_CHECK(K % unit == 0 && packed.scalar_type() == x.scalar_type() && packed.is_contiguous() &&
               packed.numel() == B * K * 16 && reinterpret_cast<uintptr_t>(packed.data_ptr()) % 64 == 0,
-              "linear_packed: packed must be a 64-byte aligned contiguous bf16 [", B, ", ", K / 2, ", 16, 2] for O = ",
-              O, " and K = ", K, " (K even), got ", packed.sizes());
+              "linear_packed: packed must be a 64-byte aligned contiguous ", x.scalar_type(), " [", B, ", ", K / unit,
+              ", 16, ", unit, "] for O = ", O, " and K = ", K, ", got ", packed.sizes(), " ", packed.scalar_type());
   TORCH_CHECK(has_avx512_bf16(), "linear_packed: built without avx512_bf16 (callers check has_avx512_bf16())");
   auto y = torch::empty({N, O}, x.options());
   torch::Tensor b32;
   if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
 #if TF_AVX512
+  if (f32) {
+    linear_packed_f32(x, packed, b32.defined() ? b32.data_ptr<float>() : nullptr, y, O);
+    return y;
+  }
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
   auto* yp = y.data_ptr<at::BFloat16>();
@@ -559,7 +633,7 @@ class DecoderPlan {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear", &linear, "CPU linear for few rows: x [N,K] . w [O,K]^T (+ bias) -> [N,O], bf16",
         py::arg("x"), py::arg("w"), py::arg("bias") = py::none());
-  m.def("linear_packed", &linear_packed, "x [N,K] . w^T (+ bias) -> [N,O], w packed [ceil(O/16), K/2, 16, 2] bf16",
+  m.def("linear_packed", &linear_packed, "x [N,K] . w^T (+ bias) -> [N,O], w packed [ceil(O/16), K/2, 16, 2] bf16 or [ceil(O/16), K, 16, 1] fp32",
         py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
   m.def("rms_norm", &rms_norm, "x [..., E], w [E] -> w * x / rms(x)", py::arg("x"), py::arg("w"), py::arg("eps"));
   m.def("rope", &rope, "out [B,h,T,D] = x * cos + rotate_half(x) * sin", py::arg("x"), py::arg("cos"),
