@@ -236,16 +236,16 @@ _PLANS: "weakref.WeakKeyDictionary[Transformer, object]" = weakref.WeakKeyDictio
 def decoder_plan(model: Transformer):
     """layer_cpu.DecoderPlan over `model`'s layers (built once per model, kept outside it so that
     deep copies of the model stay plain), or None where its layers do not take the one-call path:
-    not on a CPU with the native kernels, not bf16, projections not fused, or a linear that is
-    neither packed bf16 nor native int8/int4 (tensor-parallel shards, streamed weights, fp32)."""
+    not on a CPU with the native kernels, not bf16 or fp32, projections not fused, or a linear
+    that is neither packed nor native int8/int4 (tensor-parallel shards, streamed weights)."""
     if model not in _PLANS:
         _PLANS[model] = _build_plan(model) or False
     return _PLANS[model] or None
 
 
 def plan_kernels():
-    """(layer, attention, quant) native modules when a bf16 model's decoder plan can run on this
-    CPU (quant may be None: only quantized linears need it), else None. Ask only for a bf16 CPU
+    """(layer, attention, quant) native modules when a bf16 or fp32 model's decoder plan can run on
+    this CPU (quant may be None: only quantized linears need it), else None. Ask only for a CPU
     model: asking builds the CPU kernels (a GPU run must never compile them)."""
     from triforce.runtime import native
     layer_k, attention_k = native.layer_cpu(), native.attention_cpu()
@@ -257,7 +257,7 @@ def plan_kernels():
 def _build_plan(model: Transformer):
     from triforce.runtime.ops import PackedLinear
     from triforce.runtime.quant import Int4Linear, Int8Linear
-    if model.dtype != torch.bfloat16 or model.device.type != "cpu":
+    if model.dtype not in (torch.bfloat16, torch.float32) or model.device.type != "cpu":
         return None    # before any native module is asked for: a GPU run never compiles the CPU kernels
     kernels = plan_kernels()
     if kernels is None:

@@ -196,12 +196,13 @@ def test_packed_pass_equals_each_sequence_alone(tmp_path):
         torch.testing.assert_close(model(t[:, :1], c_packed), model(t[:, :1], c_alone), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("weights", ["same", "int8", "int4"])
-def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypatch, weights):
+@pytest.mark.parametrize("dtype,weights", [("bf16", "same"), ("bf16", "int8"), ("bf16", "int4"),
+                                           ("fp32", "same"), ("fp32", "int8"), ("fp32", "int4")])
+def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypatch, dtype, weights):
     """model.decoder_plan runs a CPU pass's layers in one native call: the same kernels in the
     same order as the modules, so logits and the cache's K/V and last query are bitwise equal,
-    for the full and the retrieval cache, 1-token and 5-token passes, packed bf16 and native
-    int8/int4 linears, with a bias on the qkv projection (Qwen2)."""
+    for the full and the retrieval cache, 1-token and 5-token passes, packed bf16 or fp32 and
+    native int8/int4 linears, with a bias on the qkv projection (Qwen2)."""
     from triforce.runtime import model as model_mod
     from triforce.runtime.cache_retrieval import RetrievalCache
     from triforce.runtime.cache_streaming import StreamingCache
@@ -209,7 +210,7 @@ def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypa
     from triforce.runtime.quant import lower_level_copy
     path = save_tiny(tmp_path, transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
                      hidden_size=256, intermediate_size=320)   # head_dim 64; Qwen2: qkv bias
-    model = lower_level_copy(pack_linears(fuse_projections(load_model(path, "bf16"))), weights)
+    model = lower_level_copy(pack_linears(fuse_projections(load_model(path, dtype))), weights)
     if model_mod.decoder_plan(model) is None:
         pytest.skip("the native kernels (avx512_bf16) did not build here")
     tokens = torch.randint(0, 320, (1, 40), generator=torch.Generator().manual_seed(0))

@@ -501,10 +501,16 @@ inline __m256i bf16_round(__m512 f) {
 }
 #endif
 
-// x [N, E] += y [N, E] in place, both contiguous bf16 (the residual stream): each sum in fp32,
-// rounded once to bf16, the bits of torch's x + y without its dispatch and allocation.
+// x [N, E] += y [N, E] in place, both contiguous bf16 or both fp32 (the residual stream): each sum
+// in fp32, rounded once to bf16, the bits of torch's x + y without its dispatch and allocation.
 void residual_add(torch::Tensor& x, const torch::Tensor& y) {
   const int64_t n = x.numel();
+  if (x.scalar_type() == at::kFloat) {
+    float* xp = x.data_ptr<float>();
+    const float* yp = y.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) xp[i] += yp[i];
+    return;
+  }
   at::BFloat16* xp = x.data_ptr<at::BFloat16>();
   const at::BFloat16* yp = y.data_ptr<at::BFloat16>();
   int64_t i = 0;
@@ -515,34 +521,41 @@ void residual_add(torch::Tensor& x, const torch::Tensor& y) {
   for (; i < n; ++i) xp[i] = at::BFloat16(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
 }
 
-// The fused projection's output qkv [B * T, (H + 2 Hkv) * D] (contiguous bf16) into attention's
-// inputs: q rotated into qr [B, H, T, D] (contiguous), k rotated into keys and v copied into values
-// at slots [start, start + T) (keys, values [B, Hkv, capacity, D] with unit stride in D). The bits
-// of rope() and copy_ on the module path's views, in one pass over qkv.
-void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& qr,
-                    const torch::Tensor& keys, const torch::Tensor& values, int64_t start) {
+// The fused projection's output qkv [B * T, (H + 2 Hkv) * D] (contiguous, bf16 or fp32) into
+// attention's inputs: q rotated into qr [B, H, T, D] (contiguous), k rotated into keys and v copied
+// into values at slots [start, start + T) (keys, values [B, Hkv, capacity, D] with unit stride in
+// D). The bits of rope() and copy_ on the module path's views, in one pass over qkv.
+template <typename T_>
+void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& qr,
+                      const torch::Tensor& keys, const torch::Tensor& values, int64_t start) {
   const int64_t B = qr.size(0), H = qr.size(1), T = qr.size(2), D = qr.size(3), Hkv = keys.size(1);
   const int64_t W = qkv.size(1);
-  const at::BFloat16* src = qkv.data_ptr<at::BFloat16>();
-  const at::BFloat16* cp = cos.data_ptr<at::BFloat16>();
-  const at::BFloat16* sp = sin.data_ptr<at::BFloat16>();
-  at::BFloat16* qp = qr.data_ptr<at::BFloat16>();
-  at::BFloat16* kp = keys.data_ptr<at::BFloat16>();
-  at::BFloat16* vp = values.data_ptr<at::BFloat16>();
+  const T_* src = qkv.data_ptr<T_>();
+  const T_* cp = cos.data_ptr<T_>();
+  const T_* sp = sin.data_ptr<T_>();
+  T_* qp = qr.data_ptr<T_>();
+  T_* kp = keys.data_ptr<T_>();
+  T_* vp = values.data_ptr<T_>();
   rows_parallel(B * T, W, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / T, t = r % T, slot = start + t;
-      const at::BFloat16* row = src + r * W;
-      const at::BFloat16* c = cp + b * cos.stride(0) + t * cos.stride(1);
-      const at::BFloat16* s = sp + b * sin.stride(0) + t * sin.stride(1);
+      const T_* row = src + r * W;
+      const T_* c = cp + b * cos.stride(0) + t * cos.stride(1);
+      const T_* s = sp + b * sin.stride(0) + t * sin.stride(1);
       for (int64_t h = 0; h < H; ++h) rope_row(row + h * D, c, s, qp + ((b * H + h) * T + t) * D, D);
       for (int64_t h = 0; h < Hkv; ++h) {
         rope_row(row + (H + h) * D, c, s, kp + b * keys.stride(0) + h * keys.stride(1) + slot * keys.stride(2), D);
         std::memcpy(vp + b * values.stride(0) + h * values.stride(1) + slot * values.stride(2), row + (H + Hkv + h) * D,
-                    D * sizeof(at::BFloat16));
+                    D * sizeof(T_));
       }
     }
   });
+}
+
+void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& qr,
+                    const torch::Tensor& keys, const torch::Tensor& values, int64_t start) {
+  if (qkv.scalar_type() == at::kFloat) qkv_into_cache_t<float>(qkv, cos, sin, qr, keys, values, start);
+  else qkv_into_cache_t<at::BFloat16>(qkv, cos, sin, qr, keys, values, start);
 }
 
 // ---- a pass's decoder layers in one call ---------------------------------------------------------
@@ -550,7 +563,7 @@ void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const to
 // a 30-layer pass, as much as a 1,024-token middle level's weights take to read. DecoderPlan
 // runs the same kernels in the same order from C++ (the module path in runtime/model.py is
 // its twin: tests/test_model_tiny.py checks both give the same bits), for the common case: fused qkv and
-// gate_up projections, each linear packed bf16 (here) or native int8/int4 (quant_cpu, through a
+// gate_up projections, each linear packed (here, bf16 or fp32) or native int8/int4 (quant_cpu, through a
 // function pointer its module exports), a cache that writes the T new tokens at slots
 // [start, start + T) of per-layer buffers [L, B, Hkv, capacity, D] with keys rotated by the
 // pass's tables, and attends to slots [0, start + T) (the full and retrieval caches).
@@ -558,7 +571,7 @@ using AttendFn = torch::Tensor (*)(torch::Tensor, torch::Tensor, torch::Tensor, 
 using Int8Fn = torch::Tensor (*)(torch::Tensor, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, int64_t);
 using Int4Fn = torch::Tensor (*)(torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, int64_t);
 
-enum LinearKind : int64_t { PACKED_BF16 = 0, INT8 = 1, INT4 = 2 };
+enum LinearKind : int64_t { PACKED = 0, INT8 = 1, INT4 = 2 };
 using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tensor>, c10::optional<torch::Tensor>, int64_t>;
 
 template <typename F> F from_capsule(const c10::optional<py::capsule>& c) {
@@ -578,12 +591,12 @@ class DecoderPlan {
                 "DecoderPlan: 4 linears and 2 norms per layer expected");
     for (const auto& l : linears_) {
       const int64_t kind = std::get<0>(l);
-      TORCH_CHECK((kind == PACKED_BF16 && has_avx512_bf16()) || (kind == INT8 && int8_) || (kind == INT4 && int4_),
+      TORCH_CHECK((kind == PACKED && has_avx512_bf16()) || (kind == INT8 && int8_) || (kind == INT4 && int4_),
                   "DecoderPlan: linear kind ", kind, " has no kernel here");
     }
   }
 
-  // x [B, T, E] bf16, cos/sin [B, T, D]; k/v [L, B, Hkv, capacity, D]; writes slots [start, start + T)
+  // x [B, T, E] bf16 or fp32 (as every tensor), cos/sin [B, T, D]; k/v [L, B, Hkv, capacity, D]; writes slots [start, start + T)
   // of every layer; last_query [L, B, H, D] gets each layer's last rotated query when given.
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor k, torch::Tensor v,
                     int64_t start, c10::optional<torch::Tensor> last_query) const {
@@ -591,10 +604,12 @@ class DecoderPlan {
     const int64_t HD = H_ * D_, F = std::get<4>(linears_[2]) / 2;
     TORCH_CHECK(k.dim() == 5 && k.size(0) == (int64_t)norm1_.size() && stop <= k.size(3),
                 "DecoderPlan.run: k [L, B, Hkv, capacity, D] with room for slots up to ", stop, ", got ", k.sizes());
-    TORCH_CHECK(x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 && sin.scalar_type() == at::kBFloat16 &&
-                k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16 && cos.size(2) == D_ && cos.stride(2) == 1 &&
-                sin.sizes() == cos.sizes() && sin.stride(2) == 1 && k.stride(4) == 1 && v.stride(4) == 1,
-                "DecoderPlan.run: bf16 x, cos/sin [B, T, D] and k/v with unit stride in D expected");
+    const auto dtype = x.scalar_type();
+    TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kFloat) && cos.scalar_type() == dtype && sin.scalar_type() == dtype &&
+                k.scalar_type() == dtype && v.scalar_type() == dtype && norm1_[0].scalar_type() == dtype &&
+                cos.size(2) == D_ && cos.stride(2) == 1 && sin.sizes() == cos.sizes() && sin.stride(2) == 1 &&
+                k.stride(4) == 1 && v.stride(4) == 1,
+                "DecoderPlan.run: x, cos/sin [B, T, D], k/v (unit stride in D) and the norms all bf16 or all fp32 expected");
     x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
@@ -614,7 +629,7 @@ class DecoderPlan {
  private:
   torch::Tensor linear(const torch::Tensor& x, const LinearSpec& l) const {
     const auto& [kind, packed, scales, bias, O] = l;
-    if (kind == PACKED_BF16) return linear_packed(x, packed, bias, O);
+    if (kind == PACKED) return linear_packed(x, packed, bias, O);
     if (kind == INT8) return int8_(x, packed, *scales, bias, O);
     return int4_(x, packed, bias, O);
   }
