@@ -32,9 +32,9 @@ def test_a_build_killed_midway_does_not_block_the_next(tmp_path):
         assert not (tmp_path / "lock").exists()
 
 
-def test_models_off_the_cpu_or_off_bf16_never_ask_for_native_modules(monkeypatch):
-    """The one-call decoder plan is CPU bf16 only; a GPU or fp32 model must not compile the CPU
-    kernels just to be told no (a minute or more on a fresh GPU machine)."""
+def test_models_off_the_cpu_or_off_bf16_and_fp32_never_ask_for_native_modules(monkeypatch):
+    """The one-call decoder plan is CPU bf16 or fp32 only; a GPU or fp16 model must not compile
+    the CPU kernels just to be told no (a minute or more on a fresh GPU machine)."""
     import torch
     from triforce.runtime import model as model_module, native
     for name in ("layer_cpu", "attention_cpu", "quant_cpu"):
@@ -46,4 +46,4 @@ def test_models_off_the_cpu_or_off_bf16_never_ask_for_native_modules(monkeypatch
     with torch.device("meta"):
         on_meta = model_module.Transformer(cfg).to(torch.bfloat16)    # stands for a GPU: not a CPU
     assert model_module._build_plan(on_meta) is None
-    assert model_module._build_plan(model_module.Transformer(cfg)) is None   # fp32 on the CPU
+    assert model_module._build_plan(model_module.Transformer(cfg).half()) is None   # fp16 on the CPU
