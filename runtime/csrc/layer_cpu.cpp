@@ -182,20 +182,6 @@ inline void packed_tile(const uint16_t* x, int64_t ldx, const uint16_t* wb, int6
   }
 }
 
-template <int pb>
-void packed_rows(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wb, int64_t K, const float* bias,
-                 at::BFloat16* y, int64_t O, int64_t o0) {
-  constexpr int PR = pb >= 3 ? 8 : 12;  // pr * pb accumulators + pb weight vectors within 32 zmm
-  int64_t n0 = 0;
-  for (; n0 + PR <= N; n0 += PR) packed_tile<PR, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O);
-  switch (N - n0) {
-#define TF_ROWS(r) case r: packed_tile<r, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O); break;
-    TF_ROWS(1) TF_ROWS(2) TF_ROWS(3) TF_ROWS(4) TF_ROWS(5) TF_ROWS(6) TF_ROWS(7)
-    TF_ROWS(8) TF_ROWS(9) TF_ROWS(10) TF_ROWS(11)
-#undef TF_ROWS
-    default: break;
-  }
-}
 #endif
 
 #if TF_AMX
@@ -272,14 +258,27 @@ inline void packed_tile_f32(const float* x, int64_t ldx, const float* wb, int64_
   }
 }
 
-template <int pb>
-void packed_rows_f32(const float* x, int64_t ldx, int64_t N, const float* wb, int64_t K, const float* bias,
-                     float* y, int64_t O, int64_t o0) {
-  constexpr int PR = pb >= 3 ? 6 : 12;  // pr * pb accumulators + pb weight vectors within 32 zmm
+// One tile of pr x rows by pb blocks, of the packed dtype its pointers say (bf16 pairs or fp32).
+template <int pr, int pb>
+TF_INLINE void tile_for(const uint16_t* x, int64_t ldx, const uint16_t* wb, int64_t K, const float* bias,
+                        at::BFloat16* y, int64_t ldy, int64_t o0, int64_t O) {
+  packed_tile<pr, pb>(x, ldx, wb, K, bias, y, ldy, o0, O);
+}
+template <int pr, int pb>
+TF_INLINE void tile_for(const float* x, int64_t ldx, const float* wb, int64_t K, const float* bias,
+                        float* y, int64_t ldy, int64_t o0, int64_t O) {
+  packed_tile_f32<pr, pb>(x, ldx, wb, K, bias, y, ldy, o0, O);
+}
+
+// All N x rows against pb blocks: tiles of PR rows, then one of the rest.
+template <int pb, typename X, typename Y>
+void packed_rows(const X* x, int64_t ldx, int64_t N, const X* wb, int64_t K, const float* bias, Y* y, int64_t O, int64_t o0) {
+  // pr * pb accumulators + pb weight vectors within 32 zmm (fp32 also holds a broadcast)
+  constexpr int PR = pb >= 3 ? (std::is_same_v<X, float> ? 6 : 8) : 12;
   int64_t n0 = 0;
-  for (; n0 + PR <= N; n0 += PR) packed_tile_f32<PR, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O);
+  for (; n0 + PR <= N; n0 += PR) tile_for<PR, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O);
   switch (N - n0) {
-#define TF_ROWS(r) case r: packed_tile_f32<r, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O); break;
+#define TF_ROWS(r) case r: if constexpr (r < PR) tile_for<r, pb>(x + n0 * ldx, ldx, wb, K, bias, y + n0 * O, O, o0, O); break;
     TF_ROWS(1) TF_ROWS(2) TF_ROWS(3) TF_ROWS(4) TF_ROWS(5) TF_ROWS(6) TF_ROWS(7)
     TF_ROWS(8) TF_ROWS(9) TF_ROWS(10) TF_ROWS(11)
 #undef TF_ROWS
@@ -287,20 +286,20 @@ void packed_rows_f32(const float* x, int64_t ldx, int64_t N, const float* wb, in
   }
 }
 
-void linear_packed_f32(const torch::Tensor& x, const torch::Tensor& packed, const float* bp, torch::Tensor& y, int64_t O) {
-  const int64_t N = x.size(0), K = x.size(1), B = (O + 15) / 16, ldx = x.stride(0);
-  const float* xp = x.data_ptr<float>();
-  const float* wp = packed.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+// y [N, O] from the packed blocks (elem: x's and the weights' element type, bf16 as uint16_t):
+// each thread takes a contiguous run of blocks, PB at a time, so it streams its slab once.
+template <typename X, typename Y>
+void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, const float* bp, Y* yp, int64_t O) {
   constexpr int PB = 4;  // blocks per tile (64 outputs)
+  const int64_t B = (O + 15) / 16;
   at::parallel_for(0, B, 4, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; b += PB) {
-      const float* wb = wp + b * K * 16;
+      const X* wb = wp + b * K * 16;
       switch (std::min<int64_t>(PB, end - b)) {
-        case 4: packed_rows_f32<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        case 3: packed_rows_f32<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        case 2: packed_rows_f32<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        default: packed_rows_f32<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 4: packed_rows<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 3: packed_rows<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        case 2: packed_rows<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+        default: packed_rows<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
       }
     }
   });
@@ -324,7 +323,8 @@ torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional
   if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
 #if TF_AVX512
   if (f32) {
-    linear_packed_f32(x, packed, b32.defined() ? b32.data_ptr<float>() : nullptr, y, O);
+    packed_blocks(x.data_ptr<float>(), x.stride(0), N, packed.data_ptr<float>(), K,
+                  b32.defined() ? b32.data_ptr<float>() : nullptr, y.data_ptr<float>(), O);
     return y;
   }
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
@@ -348,18 +348,7 @@ torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional
     return y;
   }
 #endif
-  constexpr int PB = 4;  // blocks per tile (64 outputs)
-  at::parallel_for(0, B, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; b += PB) {
-      const uint16_t* wb = wp + b * K * 16;
-      switch (std::min<int64_t>(PB, end - b)) {
-        case 4: packed_rows<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        case 3: packed_rows<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        case 2: packed_rows<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        default: packed_rows<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-      }
-    }
-  });
+  packed_blocks(xp, ldx, N, wp, K, bp, yp, O);
 #endif
   return y;
 }

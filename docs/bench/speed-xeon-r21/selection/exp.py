@@ -1,6 +1,8 @@
 # Round 21, measured and not kept (docs/BENCHMARKS.md): retrieval-cache selection policies, teacher-forced.
 # usage: python exp.py CONTEXT WINDOW BUDGETS ROPE_SCALING OFFSETS, e.g. 32000 16 1024,2048 yarn:4 0,160000,320000,480000
 # (the essays from each character offset; prints and saves greedy agreement and expected acceptance per policy).
+# POLICIES=mean,massw runs only those two (the proposal-distribution rows, ' q POLICY T TOP_P EA', were run so);
+# those rows are the expected acceptance with the middle level's proposal at other temperatures / top-p than the target's.
 """Selection policies for the retrieval cache, teacher-forced agreement with the target."""
 import argparse, dataclasses, sys, time, json
 import torch
@@ -73,7 +75,9 @@ def cap_update(self, layer, q, k, v):
     return orig_update(self, layer, q, k, v)
 
 rows = []
-POLICIES = [("int4", p, w, b) for b in budgets for p, w in (("mean", 1), ("meanw", 16), ("mass1", 1), ("massw", 8), ("massw", 16), ("hmaxw", 16))]
+import os
+POLICIES = [("int4", p, w, b) for b in budgets for p, w in (("mean", 1), ("meanw", 16), ("mass1", 1), ("massw", 8), ("massw", 16), ("hmaxw", 16))
+            if p in os.environ.get("POLICIES", p).split(",") and (p != "massw" or w == 16 or "POLICIES" not in os.environ)]
 with torch.inference_mode():
  for off in OFFSETS:
   ids = engine.tokenizer.encode(TEXT[off:off + ctx * 8])[:ctx]
@@ -106,6 +110,11 @@ with torch.inference_mode():
             middle = middle_level(engine, request, models[wname], target, len(ids) - 1, len(seq) + 8)
             tb = time.time() - t0
             logits = middle.feed(seq[:-1], keep_last=n)
+            if temperature > 0:
+                for qt, qp in ((0.6, 1.0), (0.5, 0.9), (0.7, 0.9), (0.7, 1.0), (0.5, 1.0), (0.6, 0.95)):
+                    qq = probs_from_logits(logits, SamplingParams(temperature=qt, top_p=qp))
+                    print(" q", pol, qt, qp, round(torch.minimum(p, qq).sum(-1).mean().item(), 4), flush=True)
+                    rows.append(dict(off=off, pol=pol, qt=qt, qp=qp, ea=round(torch.minimum(p, qq).sum(-1).mean().item(), 4)))
             q = probs_from_logits(logits, params)
             agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
             ea = torch.minimum(p, q).sum(-1).mean().item()
