@@ -124,8 +124,8 @@ def packable(linear: nn.Module) -> bool:
     if not isinstance(linear, nn.Linear) or linear.weight.dtype not in PACKED_DTYPES or linear.weight.device.type != "cpu":
         return False
     kernel = native.layer_cpu()
-    even = linear.in_features % 2 == 0 or linear.weight.dtype == torch.float32
-    return even and kernel is not None and kernel.has_avx512_bf16()
+    whole_units = linear.in_features % (4 // linear.weight.element_size()) == 0   # pack's 4-byte units of columns
+    return whole_units and kernel is not None and kernel.has_avx512_bf16()
 
 
 class PackedLinear(nn.Module):

@@ -148,7 +148,7 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tens
 // prefetcher alone leaves the weight streams stalling: the memory time and the product time then
 // add up. A software prefetch 32 lines (2 KB) ahead in each block's stream overlaps them (one
 // thread, N = 8: gate_up 176 -> 136 us, qkv 50 -> 33). At N = 1 it only costs instructions.
-constexpr int64_t PREFETCH_PAIRS = 32;  // column pairs ahead = 64-byte lines ahead per block
+constexpr int64_t PREFETCH_LINES = 32;  // 64-byte lines ahead in each block's stream (one per column pair; fp32: per column)
 constexpr int PREFETCH_MIN_ROWS = 2;
 #if TF_AVX512
 template <int pr, int pb>
@@ -161,7 +161,7 @@ inline void packed_tile(const uint16_t* x, int64_t ldx, const uint16_t* wb, int6
   for (int64_t j = 0; j < pairs; ++j) {
     __m512bh w[pb];
     if (pr >= PREFETCH_MIN_ROWS)  // (past a block's end it touches the next block: harmless)
-      for (int m = 0; m < pb; ++m) _mm_prefetch((const char*)(wb + m * bstride + (j + PREFETCH_PAIRS) * 32), _MM_HINT_T0);
+      for (int m = 0; m < pb; ++m) _mm_prefetch((const char*)(wb + m * bstride + (j + PREFETCH_LINES) * 32), _MM_HINT_T0);
     for (int m = 0; m < pb; ++m) w[m] = (__m512bh)_mm512_load_si512(wb + m * bstride + j * 32);
     for (int n = 0; n < pr; ++n) {
       int32_t pair;
@@ -231,7 +231,6 @@ void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, i
 // torch's fp32 GEMM read the weights at 10-14 GB/s for 4-8 rows on the 2-core Xeon (a verify pass
 // of an fp32 target cost 1.5-2x a 1-token one); this streams them once for any row count.
 // Row-invariant as the bf16 kernel: y[n, o] sums the columns in order in lane o % 16.
-constexpr int64_t PREFETCH_COLS = 32;   // columns ahead = 64-byte lines ahead per block
 template <int pr, int pb>
 inline void packed_tile_f32(const float* x, int64_t ldx, const float* wb, int64_t K, const float* bias,
                             float* y, int64_t ldy, int64_t o0, int64_t O) {
@@ -242,7 +241,7 @@ inline void packed_tile_f32(const float* x, int64_t ldx, const float* wb, int64_
   for (int64_t k = 0; k < K; ++k) {
     __m512 w[pb];
     if (pr >= PREFETCH_MIN_ROWS)
-      for (int m = 0; m < pb; ++m) _mm_prefetch((const char*)(wb + m * bstride + (k + PREFETCH_COLS) * 16), _MM_HINT_T0);
+      for (int m = 0; m < pb; ++m) _mm_prefetch((const char*)(wb + m * bstride + (k + PREFETCH_LINES) * 16), _MM_HINT_T0);
     for (int m = 0; m < pb; ++m) w[m] = _mm512_load_ps(wb + m * bstride + k * 16);
     for (int n = 0; n < pr; ++n) {
       const __m512 xb = _mm512_set1_ps(x[n * ldx + k]);
@@ -286,7 +285,7 @@ void packed_rows(const X* x, int64_t ldx, int64_t N, const X* wb, int64_t K, con
   }
 }
 
-// y [N, O] from the packed blocks (elem: x's and the weights' element type, bf16 as uint16_t):
+// y [N, O] from the packed blocks (X: the element type of x and the weights, bf16 as uint16_t):
 // each thread takes a contiguous run of blocks, PB at a time, so it streams its slab once.
 template <typename X, typename Y>
 void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, const float* bp, Y* yp, int64_t O) {
