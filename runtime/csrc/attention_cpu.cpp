@@ -45,9 +45,11 @@
 //   prefill against rescaling per block (docs/BENCHMARKS.md). (Prefetching all of V during the
 //   first pass cost 7-12%: the prefetch instructions, not the memory, were the price; only the
 //   first PF_KEYS rows of V are prefetched there, at the chunk's last K block.)
-// * Software prefetch: the packers prefetch the rows PF_KEYS keys ahead, one prefetch per
-//   cache line they load, so each thread keeps enough reads in flight to stream at the memory
-//   roofline even for T = 1, where the products leave the core mostly idle.
+// * Software prefetch, PF_KEYS keys ahead, so each thread keeps enough reads in flight to stream
+//   at the memory roofline even for T = 1, where the products leave the core mostly idle. The dot
+//   packers prefetch one line per line they load; the fma products prefetch a few lines per inner
+//   iteration (Spread), so the requests spread over the compute of T > 1: 1.2-1.3x faster at
+//   T = 4..8 in fp32 (docs/BENCHMARKS.md, round 22). fp32 reads full V blocks where they lie.
 // * No allocation per call beyond the output: scratch and partials are thread_local and grow.
 //
 // Cost of a pass (per b, kv head): bytes = 2 * S * D * sizeof(dtype) (K and V read once);
@@ -179,7 +181,40 @@ TF_INLINE void prefetch_line(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T2);
 }
 
-// The packers load rows n < nk of the block at `k` and prefetch rows n < npf of the rows
+// The fma products prefetch as they go, a few lines per inner iteration, so the requests
+// spread over the block's compute (the packers' bursts of one line per line loaded left the
+// memory idle while the products ran: an fp32 8-token pass's attention ran 1.3x slower at 8K).
+// An item reads one stream: K[c0, c1), then V[c0, c1), then the next chunk's K (usually this
+// thread's next item). A block at position p of that stream prefetches its positions
+// [p + PF_KEYS, p + PF_KEYS + NB): `a` is the part of the stream the block reads (len_a rows),
+// `b` the part after it (len_b rows); `iterations` are the product's inner iterations per block.
+struct Spread {
+  const char *row, *next; int64_t stride, next_stride; int lpk, part = 0, left, rest, per;
+  Spread(const void* a, int64_t len_a, int64_t stride_a, const void* b, int64_t len_b, int64_t stride_b,
+         int64_t p, int lines_per_row, int iterations)
+      : stride(stride_a), next_stride(stride_b), lpk(lines_per_row) {
+    const int64_t lo = p + PF_KEYS, hi = lo + NB;
+    const int64_t a0 = std::min(lo, len_a), a1 = std::min(hi, len_a);
+    const int64_t b0 = std::clamp<int64_t>(lo - len_a, 0, len_b), b1 = std::clamp<int64_t>(hi - len_a, 0, len_b);
+    row = static_cast<const char*>(a) + a0 * stride_a;
+    next = static_cast<const char*>(b) + b0 * stride_b;
+    left = (int)(a1 - a0) * lpk, rest = (int)(b1 - b0) * lpk;
+    per = iterations > 0 ? (left + rest + iterations - 1) / iterations : 0;
+  }
+  TF_INLINE void step() {
+    for (int i = 0; i < per; ++i) {
+      if (left == 0) {
+        if (rest == 0) return;
+        left = rest, rest = 0, row = next, stride = next_stride, part = 0;
+      }
+      prefetch_line(row + 64 * part);
+      --left;
+      if (++part == lpk) part = 0, row += stride;
+    }
+  }
+};
+
+// The dot packers load rows n < nk of the block at `k` and prefetch rows n < npf of the rows
 // PF_KEYS further on (npf = how many of those exist), one prefetch per cache line loaded.
 
 // ---- dot (vdpbf16ps): packing ---------------------------------------------------------------
@@ -431,16 +466,14 @@ inline __m512 load16<at::Half>(const at::Half* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Kp[d][n] fp32
+// Kp[d][n] fp32 (the fma packers prefetch nothing: the products do, Spread)
 template <typename scalar_t>
-void pack_k_f32(const scalar_t* k, int64_t kss, int nk, int npf, int64_t D, float* Kp) {
-  constexpr int per_line = 64 / sizeof(scalar_t);
+void pack_k_f32(const scalar_t* k, int64_t kss, int nk, int64_t D, float* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 16; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
-        if (n < npf && (16 * h) % per_line == 0) prefetch_line(k + (n + PF_KEYS) * kss + 16 * h);
         r[i] = n < nk ? _mm512_castps_si512(load16(k + n * kss + 16 * h)) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -449,27 +482,24 @@ void pack_k_f32(const scalar_t* k, int64_t kss, int nk, int npf, int64_t D, floa
   }
 }
 
-// Vf[n][d] fp32
+// Vf[n][d] fp32 (fp16, and fp32's partial blocks: full fp32 blocks are read where they lie)
 template <typename scalar_t>
-void pack_v_f32(const scalar_t* v, int64_t vss, int nk, int npf, int64_t D, float* Vf) {
-  constexpr int per_line = 64 / sizeof(scalar_t);
+void pack_v_f32(const scalar_t* v, int64_t vss, int nk, int64_t D, float* Vf) {
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 16; ++h) {
-      if (n < npf && (16 * h) % per_line == 0) prefetch_line(v + (n + PF_KEYS) * vss + 16 * h);
       _mm512_storeu_ps(Vf + n * D + 16 * h, n < nk ? load16(v + n * vss + 16 * h) : _mm512_setzero_ps());
     }
 }
 
 // bf16 for fma: Kp[d][n] fp32 from a transpose of 32-bit units (d pairs), each unit split by
 // shift/and (no shuffle port)
-void pack_k_bf16_f32(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, float* Kp) {
+void pack_k_bf16_f32(const uint16_t* k, int64_t kss, int nk, int64_t D, float* Kp) {
   const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
       __m512i r[16];
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
-        if (n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
         r[i] = n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -482,11 +512,10 @@ void pack_k_bf16_f32(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D,
 }
 
 // bf16 for fma: Vf[n][i] fp32 in even/odd lane order (evenodd_dim).
-void pack_v_bf16_f32(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, float* Vf) {
+void pack_v_bf16_f32(const uint16_t* v, int64_t vss, int nk, int64_t D, float* Vf) {
   const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
   for (int n = 0; n < NB; ++n)
     for (int64_t h = 0; h < D / 32; ++h) {
-      if (n < npf) prefetch_line(v + (n + PF_KEYS) * vss + 32 * h);
       __m512i x = n < nk ? _mm512_loadu_si512(v + n * vss + 32 * h) : _mm512_setzero_si512();
       _mm512_storeu_si512(Vf + n * D + 32 * h, _mm512_slli_epi32(x, 16));
       _mm512_storeu_si512(Vf + n * D + 32 * h + 16, _mm512_and_si512(x, hi_mask));
@@ -494,11 +523,12 @@ void pack_v_bf16_f32(const uint16_t* v, int64_t vss, int nk, int npf, int64_t D,
 }
 
 template <int RB>
-void qk_f32(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds) {
+void qk_f32(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds, Spread* pf) {
   __m512 acc[RB][4];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
   for (int64_t d = 0; d < D; ++d) {
+    pf->step();
     __m512 kv[4];
     for (int j = 0; j < 4; ++j) kv[j] = _mm512_loadu_ps(Kp + d * NB + 16 * j);
     for (int r = 0; r < RB; ++r) {
@@ -511,13 +541,14 @@ void qk_f32(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds) {
 }
 
 template <int RB, int NV>
-void pv_f32(const float* P, const float* Vf, int64_t D, int64_t j0, float* O) {
+void pv_f32(const float* P, const float* Vf, int64_t ldv, int64_t D, int64_t j0, float* O, Spread* pf) {
   __m512 acc[RB][NV];
   for (int r = 0; r < RB; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_loadu_ps(O + r * D + 16 * (j0 + j));
   for (int n = 0; n < NB; ++n) {
+    pf->step();
     __m512 vv[NV];
-    for (int j = 0; j < NV; ++j) vv[j] = _mm512_loadu_ps(Vf + n * D + 16 * (j0 + j));
+    for (int j = 0; j < NV; ++j) vv[j] = _mm512_loadu_ps(Vf + n * ldv + 16 * (j0 + j));
     for (int r = 0; r < RB; ++r) {
       __m512 pb = _mm512_set1_ps(P[r * NB + n]);
       for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(pb, vv[j], acc[r][j]);
@@ -545,7 +576,7 @@ template <int RB> struct QKbf16 {
   TF_INLINE static void run(const uint32_t* Q, int64_t DU, const uint32_t* Kp, float* S, int64_t lds) { qk_bf16<RB>(Q, DU, Kp, S, lds); }
 };
 template <int RB> struct QKf32 {
-  static void run(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds) { qk_f32<RB>(Q, D, Kp, S, lds); }
+  static void run(const float* Q, int64_t D, const float* Kp, float* S, int64_t lds, Spread* pf) { qk_f32<RB>(Q, D, Kp, S, lds, pf); }
 };
 template <int RB> struct PVbf16 {
   TF_INLINE static void run(const uint32_t* P, const uint32_t* Vp, int64_t D, float* O) {
@@ -578,10 +609,10 @@ template <int RB> struct PVbf16Fused {
   }
 };
 template <int RB> struct PVf32 {
-  static void run(const float* P, const float* Vf, int64_t D, float* O) {
+  static void run(const float* P, const float* Vf, int64_t ldv, int64_t D, float* O, Spread* pf) {
     int64_t j = 0;
-    for (; j + 4 <= D / 16; j += 4) pv_f32<RB, 4>(P, Vf, D, j, O);
-    for (; j < D / 16; ++j) pv_f32<RB, 1>(P, Vf, D, j, O);
+    for (; j + 4 <= D / 16; j += 4) pv_f32<RB, 4>(P, Vf, ldv, D, j, O, pf);
+    for (; j < D / 16; ++j) pv_f32<RB, 1>(P, Vf, ldv, D, j, O, pf);
   }
 };
 
@@ -671,6 +702,10 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 2048);
   static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
   static_assert(HELD >= 0 && HELD <= 2, "HELD: 0, or the row tiles of a held item (1 or 2)");
+  // fma: the prefetches spread over the products (Spread), 6-row tiles
+  constexpr int64_t esize = sizeof(scalar_t);
+  [[maybe_unused]] const int lines_per_row = (int)((D * esize + 63) / 64);
+  [[maybe_unused]] const int64_t row_tiles = (R + RBMAX - 1) / RBMAX;
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
   for (int64_t r = 0; r < R; ++r) {
     int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
@@ -757,10 +792,10 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
       } else if (DOT)
         pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
       else if constexpr (BF16_IN)
-        pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, Kp);
+        pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, D, Kp);
       else
-        pack_k_f32(k + n0 * sh.kss, sh.kss, nk, npf, D, Kp);
-      if (!HELD && n0 + NB >= cc1)   // the chunk's last K block: start V's first PF_KEYS rows (pass 2 prefetches the rest)
+        pack_k_f32(k + n0 * sh.kss, sh.kss, nk, D, Kp);
+      if (!HELD && DOT && n0 + NB >= cc1)   // the chunk's last K block: start V's first PF_KEYS rows (pass 2 prefetches the rest)
         for (int64_t n = cc0; n < std::min<int64_t>(cc0 + PF_KEYS, cc1); ++n)
           for (int64_t x = 0; x < D * (int64_t)sizeof(scalar_t); x += 64)
             prefetch_line(reinterpret_cast<const char*>(v + n * sh.vss) + x);
@@ -787,13 +822,16 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         continue;
       }
 #endif
+      // fma: this chunk's K, then its V
+      [[maybe_unused]] Spread kpf(k + cc0 * sh.kss, cc1 - cc0, sh.kss * esize, v + cc0 * sh.vss, cc1 - cc0, sh.vss * esize,
+                                  n0 - cc0, lines_per_row, (int)(row_tiles * D));
       for (int64_t r = 0; r < R; r += RBMAX) {
         int rb = (int)std::min<int64_t>(RBMAX, R - r);
         if (DOT)
           by_rows<QKbf16>(rb, reinterpret_cast<const uint32_t*>(Qf) + r * (D / 2), D / 2,
                           (const uint32_t*)reinterpret_cast<uint32_t*>(Kp), Sc + r * LDS + (n0 - cc0), LDS);
         else
-          by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, Sc + r * LDS + (n0 - cc0), LDS);
+          by_rows<QKf32>(rb, (const float*)Qf + r * D, D, (const float*)Kp, Sc + r * LDS + (n0 - cc0), LDS, &kpf);
       }
     }
     // each row's new max; rescale what earlier chunks accumulated (never for a decode item)
@@ -823,9 +861,9 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         } else if (DOT)
           pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
         else if constexpr (BF16_IN)
-          pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, Vb);
-        else
-          pack_v_f32(v + n0 * sh.vss, sh.vss, nk, npf, D, Vb);
+          pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, Vb);
+        else if (!std::is_same<scalar_t, float>::value || nk < NB)
+          pack_v_f32(v + n0 * sh.vss, sh.vss, nk, D, Vb);
         for (int64_t r = rlo; r < rhi; ++r) {
           void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
           exp_row<DOT>(Sc + r * LDS + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
@@ -848,13 +886,18 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
                                    reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r == 0, acc + r * D);
           continue;
         }
+        // fma: this chunk's V, then the next chunk's K
+        [[maybe_unused]] Spread vpf(v + cc0 * sh.vss, cc1 - cc0, sh.vss * esize, k + cc1 * sh.kss, sh.S - cc1, sh.kss * esize,
+                                    n0 - cc0, lines_per_row, (int)(row_tiles * NB * (D / 64 + (D / 16) % 4)));
+        const bool vdirect = std::is_same<scalar_t, float>::value && nk == NB;   // fp32 V as it lies
         for (int64_t r = 0; r < R; r += RBMAX) {
           int rb = (int)std::min<int64_t>(RBMAX, R - r);
           if (DOT)
             by_rows<PVbf16>(rb, reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
                             (const uint32_t*)reinterpret_cast<uint32_t*>(Vb), D, acc + r * D);
           else
-            by_rows<PVf32>(rb, (const float*)P + r * NB, (const float*)Vb, D, acc + r * D);
+            by_rows<PVf32>(rb, (const float*)P + r * NB, vdirect ? (const float*)(v + n0 * sh.vss) : (const float*)Vb,
+                           vdirect ? sh.vss : D, D, acc + r * D, &vpf);
         }
       }
 #if TF_AMX
