@@ -55,6 +55,20 @@ def test_every_group_size(kernel, G, dtype):
     check(kernel, B=2, Hkv=3, G=G, T=5, S=2113, D=64, dtype=dtype, seed=G)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("T", [1, 8])
+def test_token_major_kv(kernel, T, dtype):
+    # K/V rows Hkv * D apart ([B, S, Hkv, D] transposed): the kernel reads fp32 V blocks and
+    # prefetches rows in place, so the row stride is not D; S crosses the chunk edges
+    gen = torch.Generator().manual_seed(T)
+    for S in (130, 1100, 2100):
+        q = torch.randn(1, 9, T, 64, generator=gen).to(dtype)
+        k, v = (torch.randn(1, S + 3, 3, 64, generator=gen).to(dtype).transpose(1, 2)[:, :, :S] for _ in range(2))
+        assert k.stride(2) == 3 * 64
+        err = (kernel.attend(q, k, v, 0.125).float() - reference(q, k, v)).abs().max().item()
+        assert err < TOL[dtype], f"S={S} T={T} {dtype}: max error {err:.2e}"
+
+
 @pytest.mark.parametrize("D", [32, 96, 128])
 def test_other_head_dims(kernel, D):
     for dtype in (torch.float32, torch.bfloat16):
