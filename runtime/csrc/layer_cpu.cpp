@@ -464,6 +464,12 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
             const __m512 s = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)), u);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + r * F + f), (__m256i)_mm512_cvtneps_pbh(s));
           }
+        else if constexpr (std::is_same_v<scalar_t, float>)   // e^-g to an ulp, as the scalar tail's std::exp
+          for (; f + 16 <= F; f += 16) {
+            const __m512 g = _mm512_loadu_ps(gp + r * gs + f), u = _mm512_loadu_ps(up_ + r * us + f);
+            const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
+            _mm512_storeu_ps(op + r * F + f, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)), u));
+          }
 #endif
         for (; f < F; ++f) {
           const float g = load(gp + r * gs, f), u = load(up_ + r * us, f);
