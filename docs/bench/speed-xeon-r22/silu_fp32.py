@@ -1,5 +1,5 @@
 """fp32 silu_mul: HEAD~'s build (scalar std::exp) against this tree's (exp_ps), per call and max difference.
-usage: git show 2cfe1a5:runtime/csrc/layer_cpu.cpp > /tmp/r22/oldlayer/layer_cpu.cpp (and simd.h); python silu_fp32.py"""
+usage: git show a89efac:runtime/csrc/layer_cpu.cpp > /tmp/r22/oldlayer/layer_cpu.cpp (and simd.h); python silu_fp32.py"""
 import torch, time, os
 from torch.utils import cpp_extension
 from triforce.runtime import native
