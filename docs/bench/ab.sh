@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# before/after of "the fma products prefetch as they go": runtime/csrc/attention_cpu.cpp of 5f7ca48
-# (the packers prefetch in bursts) against this round's (Spread; fp32 V read where it lies),
-# alternated process by process, each side with its own build directory.
-# usage: ab.sh OUT_DIR SIDES_DIR [7k|32k] (SIDES_DIR/{before,after}/attention_cpu.cpp)
-#   7k (default): the passes suite at 8K and 32K, then the modes suite at 7K
+# Before/after, alternated process by process (before, after, before, after). Each side copies its
+# version of the named files into the tree (SIDES_DIR/{before,after}/<file name>), builds the native
+# kernels into its own directory (build/native_<side>), then runs the suite. The after side's files
+# are left in place.
+# usage: ab.sh OUT_DIR SIDES_DIR 7k|32k PATH...   (each PATH relative to the repository root)
+#   7k:  the passes suite (fp32, 8K and 32K, T = 1 / 4 / 8, the target), then the modes suite at 7K
 #   32k: the modes suite at 32K (yarn:4)
+# e.g. round 21: ab.sh OUT SIDES 7k runtime/ops.py; round 22: ab.sh OUT SIDES 7k runtime/csrc/attention_cpu.cpp
 set -e
-out=$1; sides=$2; what=${3:-7k}; cd "$(dirname "$0")/../../../.."
-mkdir -p "$out"; n=0
+out=$1; sides=$(realpath "$2"); what=$3; shift 3; cd "$(dirname "$0")/../.."
+case $what in 7k|32k) ;; *) echo "ab.sh: suite must be 7k or 32k, got '$what'" >&2; exit 2 ;; esac
+mkdir -p "$out"; out=$(realpath "$out"); n=0
+place() { for path in "$@"; do cp "$sides/$side/$(basename "$path")" "$path"; done; }
 for side in before after before after; do
-  cp "$sides/$side/attention_cpu.cpp" runtime/csrc/attention_cpu.cpp; n=$((n+1))
+  place "$@"; n=$((n+1))
   export TRIFORCE_NATIVE_DIR=build/native_$side
   .venv/bin/python -m triforce.runtime.native build > /dev/null
   if [ "$what" = 32k ]; then
@@ -23,5 +27,5 @@ for side in before after before after; do
   chrt -f 10 .venv/bin/triforce bench --suite modes --contexts 7168 --modes ar triforce --temperatures 0 0.6 \
     --new-tokens 128 --repeats 2 --dtypes fp32 --threads 2 --corpus essays --out "$out/modes7k_${n}_$side" > "$out/modes7k_${n}_$side.txt" 2>&1
 done
-cp "$sides/after/attention_cpu.cpp" runtime/csrc/attention_cpu.cpp
+side=after; place "$@"
 echo done > "$out/DONE"
