@@ -101,12 +101,17 @@ BLOCK = 16   # output rows per packed block: the 16 fp32 lanes of one zmm
 PACKED_DTYPES = (torch.bfloat16, torch.float32)   # weights the packed kernel takes
 
 
+def pack_unit(dtype: torch.dtype) -> int:
+    """Columns per 4-byte unit of the packed layout: bf16 2 (column pairs), fp32 1."""
+    return 4 // dtype.itemsize
+
+
 def pack(weight: torch.Tensor) -> torch.Tensor:
     """w [O, K] bf16 or fp32 -> packed [ceil(O/16), K/u, 16, u] with u = 4 bytes / element size
     (bf16: 2, K even; fp32: 1): per block of 16 output rows, one 64-byte vector per 4-byte unit of
     columns (runtime/csrc/layer_cpu.cpp linear_packed); rows past O are zero."""
     O, K = weight.shape
-    blocks, unit = -(-O // BLOCK), 4 // weight.element_size()
+    blocks, unit = -(-O // BLOCK), pack_unit(weight.dtype)
     padded = weight.new_zeros(blocks * BLOCK, K)
     padded[:O] = weight
     return padded.view(blocks, BLOCK, K // unit, unit).transpose(1, 2).contiguous()
@@ -124,8 +129,7 @@ def packable(linear: nn.Module) -> bool:
     if not isinstance(linear, nn.Linear) or linear.weight.dtype not in PACKED_DTYPES or linear.weight.device.type != "cpu":
         return False
     kernel = native.layer_cpu()
-    whole_units = linear.in_features % (4 // linear.weight.element_size()) == 0   # pack's 4-byte units of columns
-    return whole_units and kernel is not None and kernel.has_avx512_bf16()
+    return linear.in_features % pack_unit(linear.weight.dtype) == 0 and kernel is not None and kernel.has_avx512_bf16()
 
 
 class PackedLinear(nn.Module):
