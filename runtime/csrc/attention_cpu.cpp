@@ -609,6 +609,8 @@ template <int RB> struct PVbf16Fused {
   }
 };
 template <int RB> struct PVf32 {
+  // pv_f32 calls per run (groups of 4 vectors of D, then single ones), each NB inner iterations
+  static constexpr int64_t calls(int64_t D) { return D / 64 + (D / 16) % 4; }
   static void run(const float* P, const float* Vf, int64_t ldv, int64_t D, float* O, Spread* pf) {
     int64_t j = 0;
     for (; j + 4 <= D / 16; j += 4) pv_f32<RB, 4>(P, Vf, ldv, D, j, O, pf);
@@ -888,7 +890,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         }
         // fma: this chunk's V, then the next chunk's K
         [[maybe_unused]] Spread vpf(v + cc0 * sh.vss, cc1 - cc0, sh.vss * esize, k + cc1 * sh.kss, sh.S - cc1, sh.kss * esize,
-                                    n0 - cc0, lines_per_row, (int)(row_tiles * NB * (D / 64 + (D / 16) % 4)));
+                                    n0 - cc0, lines_per_row, (int)(row_tiles * NB * PVf32<1>::calls(D)));
         const bool vdirect = std::is_same<scalar_t, float>::value && nk == NB;   // fp32 V as it lies
         for (int64_t r = 0; r < R; r += RBMAX) {
           int rb = (int)std::min<int64_t>(RBMAX, R - r);
