@@ -18,7 +18,7 @@ from triforce.runtime.config import ModelConfig, RunConfig, with_rope_scaling
 from triforce.runtime.decode import decode, timed
 from triforce.runtime.drafter import default_drafter_dir
 from triforce.runtime.errors import UserError
-from triforce.runtime.gamma import GammaTuner, auto_caps, chain
+from triforce.runtime.gamma import GammaTuner, auto_caps, chain, load_costs, save_costs
 from triforce.runtime.model import Transformer, fuse_projections, load_model
 from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
@@ -111,6 +111,7 @@ class Engine(Checkpoint):
     def __init__(self, run: RunConfig, keep_prefill: bool = False, context: int | None = None):
         self.open_checkpoint(run, keep_prefill)
         self.pass_costs: dict[tuple, list] = {}   # --gamma auto: pass_cost_key -> the last such request's costs
+        self.stored_costs = True                  # ... also kept on disk for later processes (gamma.save_costs)
         self.device = resolve_device(run.device)
         from triforce.offload.plan import placement_for_run
         self.placement = placement_for_run(self.cfg, run, self.device, context or self.cfg.max_context)
@@ -306,7 +307,8 @@ class Engine(Checkpoint):
         if run.gamma_auto and len(stack) > 1:
             caps = auto_caps(len(stack), run.max_new_tokens)
             key = pass_cost_key(run, len(prompt_ids), caps)
-            tuner = GammaTuner.start(stack, caps, run.max_new_tokens, known=self.pass_costs.get(key))
+            known = self.pass_costs.get(key) or (load_costs(key, len(stack)) if self.stored_costs else None)
+            tuner = GammaTuner.start(stack, caps, run.max_new_tokens, known=known)
             gammas = list(tuner.gammas)
         decoder = self.decoder(stack, gammas, list(prompt_ids), generator,
                                chain(rebuild_policy(run, len(prompt_ids)), tuner))
@@ -314,6 +316,8 @@ class Engine(Checkpoint):
                               device=self.device)
         if tuner:
             self.pass_costs[key] = tuner.costs
+            if self.stored_costs:
+                save_costs(key, tuner.costs)
         n = len(gen.token_ids)
         placement = self.placement.for_request(run.on_chip_layers)
         target_passes = stack[-1].stats.passes

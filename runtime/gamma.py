@@ -20,11 +20,17 @@ tokens of exactly the target's distribution (greedy: exactly `ar`'s tokens).
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
+import json
+import os
+import platform
 import statistics
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -42,11 +48,16 @@ ALPHA_STEP = 0.01           # acceptances are rounded to this before a choice (c
 # one more tile (the AMX kernel: T = 6 for G = 3, 18 rows; at 8K the target took 27.6 ms at T = 5 and
 # 32.6 at T = 6: docs/BENCHMARKS.md, round 14), so 5 and 6 are both timed. The probe gives the shape;
 # the passes the run makes give the level (corrected, every REFRESH_ROUNDS rounds).
-# A short request times fewer lengths: about PROBE_SHARE of its tokens' worth of passes, at least T = 1
-# and the largest, then in the order below (at 2K a 32-token request paid 0.20-0.24 s of probe against
-# a 0.4 s decode, 0.07-0.08 s now: docs/BENCHMARKS.md, round 18; 128 tokens and more time every length).
+# A short request times fewer lengths. The lower levels: about PROBE_SHARE of its tokens' worth of
+# passes, at least T = 1 and the largest, then in the order below (at 2K a 32-token request paid
+# 0.20-0.24 s of probe against a 0.4 s decode, 0.07-0.08 s now: docs/BENCHMARKS.md, round 18). The
+# top level, whose passes cost the most: T = 1 and the largest, then the lengths below while its
+# probe stays within TOP_PROBE_SHARE of the request's seconds on the target alone (new tokens x its
+# 1-token pass). Timing every length cost a 128-token fp32 request 0.47 s at 7K (a fifth of its
+# decode) and 1.08 s at 32K, more than `--gamma auto` saved there (round 23).
 PROBE_ORDER = (5, 6, 2, 8, 12, 4)        # after 1 and the largest
 PROBE_SHARE = 1 / 16
+TOP_PROBE_SHARE = 1 / 32
 REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by the passes run since
 SEEN_PASSES = 8             # passes of a level before its probed costs are rescaled
 
@@ -120,34 +131,53 @@ def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> 
 
 
 def probe_lengths(largest: int, new_tokens: int) -> list[int]:
-    """The pass lengths a probe times for a level whose largest pass is `largest`, for a request of
-    `new_tokens`: 1, the largest and PROBE_ORDER's below it, as many as PROBE_SHARE of the tokens
-    (at least the first two), ascending."""
-    order = list(dict.fromkeys([1, largest] + [t for t in PROBE_ORDER if t < largest]))
+    """The pass lengths a probe times for a lower level whose largest pass is `largest`, for a
+    request of `new_tokens`: 1, the largest and PROBE_ORDER's below it, as many as PROBE_SHARE of
+    the tokens (at least the first two), ascending."""
+    order = probe_order(largest)
     return sorted(order[:max(2, round(new_tokens * PROBE_SHARE))])
 
 
+def probe_order(largest: int) -> list[int]:
+    """1, the largest, then PROBE_ORDER's lengths below the largest."""
+    return list(dict.fromkeys([1, largest] + [t for t in PROBE_ORDER if t < largest]))
+
+
 def probe_pass_costs(stack, caps: tuple[int, ...], new_tokens: int) -> list[PassCost]:
-    """Times T-token passes of every level on its real, filled cache (rolled back after each), at
-    the probe_lengths up to the level's largest pass (γ cap + 1; 1 for the bottom level), after one
-    untimed pass: its first passes after the prefill run slower (caches hold the other levels')."""
+    """Times T-token passes of every level on its real, filled cache (rolled back after each), after
+    one untimed pass: its first passes after the prefill run slower (caches hold the other levels').
+    The lower levels time their probe_lengths; the top level T = 1 and its largest pass, then
+    probe_order's next lengths while its timed passes stay within TOP_PROBE_SHARE of new_tokens
+    1-token passes (a length is priced by interpolating those timed before it)."""
     costs = []
     saved = [lv.cache.last_query.clone() if hasattr(lv.cache, "last_query") else None for lv in stack]
     for i, level in enumerate(stack):
         largest = 1 if i == 0 else caps[i - 1] + 1
-        lengths = probe_lengths(largest, new_tokens)
-        points = []
-        for T in [lengths[0]] + lengths:   # the first one warms up
-            x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
-            n = len(level.cached)                           # as Level.feed counts (a shard's cache answers no queries)
-            _, seconds = timed(level.model, x, level.cache, device=level.model.device)   # [1, T, V]; a GPU drained
-            points.append((T, seconds))
-            level.cache.crop(n)
-        costs.append(PassCost(non_decreasing(points[1:])))
+        top = i == len(stack) - 1
+        order = probe_order(largest) if top else probe_lengths(largest, new_tokens)
+        pass_seconds(level, order[0])                          # warm-up
+        points = {T: pass_seconds(level, T) for T in order[:2]}
+        budget = TOP_PROBE_SHARE * new_tokens * points[1] - sum(points.values()) if top else float("inf")
+        for T in order[2:]:
+            price = PassCost(tuple(sorted(points.items())))(T)
+            if price > budget:
+                break
+            points[T] = pass_seconds(level, T)
+            budget -= points[T]
+        costs.append(PassCost(non_decreasing(sorted(points.items()))))
     for level, last_query in zip(stack, saved):  # the retrieval rebuild scores chunks with it
         if last_query is not None:
             level.cache.last_query.copy_(last_query)
     return costs
+
+
+def pass_seconds(level, T: int) -> float:
+    """Seconds of one T-token pass of `level` on its cache, rolled back after."""
+    x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
+    n = len(level.cached)                           # as Level.feed counts (a shard's cache answers no queries)
+    _, seconds = timed(level.model, x, level.cache, device=level.model.device)   # [1, T, V]; a GPU drained
+    level.cache.crop(n)
+    return seconds
 
 
 def non_decreasing(points) -> tuple[tuple[int, float], ...]:
@@ -279,6 +309,71 @@ class GammaTuner:
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
             reason=reason)}
+
+
+# ---- pass costs kept across processes ---------------------------------------------------------
+# A request's final costs (probed, then corrected by its passes) are written under the cache dir,
+# one file per shape (engine.pass_cost_key) and machine, so that a later `triforce generate` of
+# the same shape on the same machine and build starts without the probe, as a later request on
+# the same engine does. The run's passes rescale them as they would the probe's.
+
+def stored_costs_dir() -> Path:
+    """Where pass costs are kept: $TRIFORCE_CACHE/pass_costs."""
+    from triforce.runtime.assets import cache_dir
+    return cache_dir() / "pass_costs"
+
+
+@functools.cache
+def machine_fingerprint() -> str:
+    """What pass costs depend on beyond a request's shape: the CPU and its cores, the GPU if any,
+    torch's version and the native kernels' sources."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    from triforce.runtime.native import SOURCES
+    native = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES)).hexdigest()[:16]
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no gpu"
+    return f"{cpu}, {os.cpu_count()} cpus, {gpu}, torch {torch.__version__}, native {native}"
+
+
+def _stored_path(key: tuple) -> tuple[Path, str]:
+    text = f"{key!r} on {machine_fingerprint()}"
+    return stored_costs_dir() / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json", text
+
+
+def load_costs(key: tuple, levels: int) -> list[PassCost] | None:
+    """The costs stored for `key` on this machine (a stack of `levels`), or None: none stored, or
+    a file that does not parse or does not fit (written by another version: probed again)."""
+    path, text = _stored_path(key)
+    try:
+        stored = json.loads(path.read_text())
+        if stored["key"] != text or len(stored["levels"]) != levels:
+            return None
+        costs = [PassCost(tuple((int(T), float(s)) for T, s in points)) for points in stored["levels"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return costs if all(c.points and all(s > 0 for _, s in c.points) for c in costs) else None
+
+
+def save_costs(key: tuple, costs: list[PassCost]) -> None:
+    """Stores `costs` for `key` on this machine (atomically). A cache dir that cannot be written
+    costs the next process a probe, not this request: one line on stderr, once per process."""
+    from triforce.runtime.io_utils import atomic_write
+    path, text = _stored_path(key)
+    body = json.dumps(dict(key=text, levels=[[list(p) for p in c.points] for c in costs])).encode()
+    try:
+        atomic_write(path, lambda f: f.write(body))
+    except OSError as e:
+        if not _save_failed:
+            _save_failed.append(path)
+            print(f"triforce: --gamma auto could not store pass costs in {path.parent} ({e}); "
+                  "each process will probe again (set TRIFORCE_CACHE to a writable directory)", file=sys.stderr)
+
+
+_save_failed: list = []
 
 
 def timed_on_host(level) -> bool:

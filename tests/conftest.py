@@ -21,6 +21,14 @@ def restore_torch_threads():
     assert not leaked, "the code under test switched autograd globally (use inference_mode as a context)"
 
 
+@pytest.fixture(autouse=True)
+def private_pass_costs(tmp_path, monkeypatch):
+    """--gamma auto stores pass costs under the cache dir for later processes (gamma.save_costs);
+    each test keeps its own, so that no test reuses another's (or an earlier run's) costs."""
+    from triforce.runtime import gamma
+    monkeypatch.setattr(gamma, "stored_costs_dir", lambda: tmp_path / "pass_costs")
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for a module's tests (small tensors and model passes on a busy 2-core

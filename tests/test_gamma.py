@@ -6,9 +6,10 @@ from types import SimpleNamespace
 
 import torch
 
+from triforce.runtime import gamma
 from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
-                                    choose, corrected, expected_tokens, non_decreasing, per_token_acceptance, probe_lengths,
-                                    seconds_per_token)
+                                    choose, corrected, expected_tokens, load_costs, non_decreasing, per_token_acceptance,
+                                    probe_lengths, probe_pass_costs, save_costs, seconds_per_token)
 from triforce.runtime.speculate import LevelStats, PassTimes
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
@@ -133,6 +134,53 @@ def test_a_short_request_probes_fewer_lengths():
     assert probe_lengths(5, 128) == [1, 2, 4, 5] and probe_lengths(5, 32) == [1, 5] and probe_lengths(1, 128) == [1]
 
 
+def test_the_top_level_probes_within_a_share_of_the_request(monkeypatch):
+    """The lower levels time their probe_lengths; the target T = 1 and its largest pass, then more
+    lengths only while its probe stays within TOP_PROBE_SHARE of the request on the target alone.
+    Each level's first pass is an untimed warm-up."""
+    calls = []
+
+    def fake_pass(level, T):
+        calls.append((level.name, T))
+        return level.cost(T)
+    monkeypatch.setattr(gamma, "pass_seconds", fake_pass)
+    stack = [SimpleNamespace(name="drafter", cache=SimpleNamespace(), cost=lambda T: 0.001),
+             SimpleNamespace(name="middle", cache=SimpleNamespace(), cost=lambda T: 0.005 + 0.0005 * T),
+             SimpleNamespace(name="target", cache=SimpleNamespace(), cost=lambda T: 0.080 + 0.006 * (T - 1))]
+    short = probe_pass_costs(stack, (4, 12), 128)   # budget 4 x 80 ms: T = 1 and 13 take 232, T = 5 (~104) no longer fits
+    assert [p[0] for p in short[2].points] == [1, 13] and [p[0] for p in short[1].points] == [1, 2, 4, 5]
+    assert [p[0] for p in short[0].points] == [1] and short[2](7) == pytest.approx(0.080 + 0.006 * 6)
+    assert calls == [("drafter", 1), ("drafter", 1), ("middle", 1), ("middle", 1), ("middle", 2), ("middle", 4),
+                     ("middle", 5), ("target", 1), ("target", 1), ("target", 13)]
+    calls.clear()
+    long = probe_pass_costs(stack, (4, 12), 1024)   # 32 x 80 ms: every length
+    assert [p[0] for p in long[2].points] == [1, 2, 4, 5, 6, 8, 12, 13]
+    assert [T for name, T in calls if name == "target"] == [1, 1, 13, 5, 6, 2, 8, 12, 4]
+    middle = probe_pass_costs(stack, (4, 12), 250)  # 7.8 x 80 ms: 1 and 13 (2.9 of it), then 5, 6, 2 (3.8 more), not 8 (1.5)
+    assert [p[0] for p in middle[2].points] == [1, 2, 5, 6, 13]
+
+
+def test_stored_costs_come_back_for_the_same_shape_only(tmp_path, monkeypatch, capsys):
+    costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.0071), (5, 0.0086))), PassCost(((1, 0.0846), (13, 0.162)))]
+    key = ("shape", (4, 12), 2, 1024, 103)
+    assert load_costs(key, 3) is None                                   # nothing stored yet
+    save_costs(key, costs)
+    assert load_costs(key, 3) == costs
+    assert load_costs(("shape", (4, 12), 2, 1024, 104), 3) is None      # another context bucket
+    assert load_costs(key, 2) is None                                   # a stack of another height
+    for path in (tmp_path / "pass_costs").iterdir():                    # a torn or foreign file: probe again
+        path.write_text("{not json")
+    assert load_costs(key, 3) is None
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    monkeypatch.setattr(gamma, "stored_costs_dir", lambda: blocked / "pass_costs")
+    monkeypatch.setattr(gamma, "_save_failed", [])
+    save_costs(key, costs)                                              # not writable: the request goes on,
+    save_costs(key, costs)                                              # one line on stderr per process
+    err = capsys.readouterr().err
+    assert err.count("could not store pass costs") == 1 and str(blocked) in err and "TRIFORCE_CACHE" in err
+
+
 def test_pass_times_keep_the_last_window_of_passes():
     times = PassTimes()
     for T in range(PassTimes.WINDOW + 5):
@@ -234,6 +282,10 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
     # half the context is another shape: probed again
     shorter = engine.generate(ids[:151], RunConfig(mode="triforce", gamma="auto", **base))
     assert not shorter.stats["gamma"]["probe_reused"] and shorter.stats["gamma"]["probe_s"] > 0
+    # another process (a fresh engine) of the same shape starts from the stored costs
+    fresh = Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter)))
+    stored = fresh.generate(ids, RunConfig(mode="triforce", gamma="auto", **base))
+    assert stored.token_ids == expected and stored.stats["gamma"]["probe_reused"] and stored.stats["gamma"]["probe_s"] == 0
 
 
 def test_pass_cost_key_follows_what_a_pass_costs():

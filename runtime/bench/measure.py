@@ -36,9 +36,11 @@ def no_eos(engine: Engine):
 
 def generate_unstopped(engine: Engine, ids: list[int], run: RunConfig) -> Result:
     """engine.generate that decodes exactly run.max_new_tokens tokens, as a first request: under
-    --gamma auto it probes the pass costs as a one-shot `triforce generate` does (the costs an
-    earlier request left on the engine are dropped), so `request_s` counts the probe."""
+    --gamma auto it probes the pass costs as the first `triforce generate` of its shape on a machine
+    does (neither the costs an earlier request left on the engine nor those stored on disk are
+    used, and none are stored), so `request_s` counts the probe; later processes skip it."""
     engine.pass_costs.clear()
+    engine.stored_costs = False
     with no_eos(engine), torch.inference_mode():
         return engine.generate(ids, run)
 
