@@ -307,7 +307,9 @@ void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, 
 
 // y [N, O] = x [N, K] . w^T (+ bias [O]) with w in the packed layout above: bf16 [B, K/2, 16, 2]
 // or fp32 [B, K, 16, 1] (one 64-byte vector of a block's 16 rows per 4-byte unit of columns).
-torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias, int64_t O) {
+// y [N, O] (contiguous, x's dtype): written, not allocated (DecoderPlan's workspace).
+void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, const c10::optional<torch::Tensor>& bias,
+                        int64_t O, const torch::Tensor& y) {
   const bool f32 = x.scalar_type() == at::kFloat;
   TORCH_CHECK(x.dim() == 2 && (f32 || x.scalar_type() == at::kBFloat16) && x.stride(1) == 1,
               "linear_packed: x [N, K] bf16 or fp32 with unit stride in K expected, got ", x.sizes(), " ", x.scalar_type());
@@ -317,14 +319,15 @@ torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional
               "linear_packed: packed must be a 64-byte aligned contiguous ", x.scalar_type(), " [", B, ", ", K / unit,
               ", 16, ", unit, "] for O = ", O, " and K = ", K, ", got ", packed.sizes(), " ", packed.scalar_type());
   TORCH_CHECK(has_avx512_bf16(), "linear_packed: built without avx512_bf16 (callers check has_avx512_bf16())");
-  auto y = torch::empty({N, O}, x.options());
+  TORCH_CHECK(y.is_contiguous() && y.dim() == 2 && y.size(0) == N && y.size(1) == O && y.scalar_type() == x.scalar_type(),
+              "linear_packed: out must be a contiguous ", x.scalar_type(), " [", N, ", ", O, "], got ", y.sizes());
   torch::Tensor b32;
   if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
 #if TF_AVX512
   if (f32) {
     packed_blocks(x.data_ptr<float>(), x.stride(0), N, packed.data_ptr<float>(), K,
                   b32.defined() ? b32.data_ptr<float>() : nullptr, y.data_ptr<float>(), O);
-    return y;
+    return;
   }
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
@@ -344,11 +347,16 @@ torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional
     at::parallel_for(0, (B + 3) / 4, 1, [&](int64_t begin, int64_t end) {   // runs of 4 blocks
       packed_amx(xa, lda, N, wp, K, bp, yp, O, 4 * begin, std::min(B, 4 * end));
     });
-    return y;
+    return;
   }
 #endif
   packed_blocks(xp, ldx, N, wp, K, bp, yp, O);
 #endif
+}
+
+torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias, int64_t O) {
+  auto y = torch::empty({x.dim() == 2 ? x.size(0) : 0, O}, x.options());
+  linear_packed_into(x, packed, bias, O, y);
   return y;
 }
 
@@ -368,30 +376,76 @@ void check_glue(const torch::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(t.size(-1) == 0 || t.stride(-1) == 1, op, ": ", name, " needs unit stride in its last dim");
 }
 
-// x [..., E] -> w * round(x * rsqrt(mean(x^2) + eps)): the normalized row is rounded to the dtype
-// before the weight multiplies it, as transformers' LlamaRMSNorm does; w has x's dtype.
+#if TF_AVX512
+inline __m512 bf16x16(const at::BFloat16* p) {   // 16 bf16 -> fp32 (exact: bf16 is fp32's top half)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+// 16 fp32 -> bf16, round to nearest even exactly as c10::BFloat16 (and torch's bf16 add) round,
+// with no flush of denormals (NaN -> 0x7FC0).
+inline __m256i bf16_round(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// 16 lanes of T as fp32, and back (bf16: rounded as c10::BFloat16 rounds)
+TF_INLINE __m512 lanes(const float* p) { return _mm512_loadu_ps(p); }
+TF_INLINE __m512 lanes(const at::BFloat16* p) { return bf16x16(p); }
+TF_INLINE void store_lanes(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+TF_INLINE void store_lanes(at::BFloat16* p, __m512 v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_round(v)); }
+TF_INLINE __m512 rounded(__m512 v, const float*) { return v; }
+TF_INLINE __m512 rounded(__m512 v, const at::BFloat16*) {   // v rounded to bf16 and widened back
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16_round(v)), 16));
+}
+#endif
+
+// One row of rms_norm: out = w * round(x * rsqrt(mean(x^2) + eps)), the sum of squares in fp32 on
+// 16 lanes (then their sum), the normalized row rounded to T before the weight multiplies it, as
+// transformers' LlamaRMSNorm does.
+template <typename T>
+inline void rms_row(const T* xr, const T* w, T* orow, int64_t E, float eps) {
+  [[maybe_unused]] constexpr bool VEC = std::is_same_v<T, float> || std::is_same_v<T, at::BFloat16>;
+  int64_t e = 0;
+  float ss = 0.f;
+#if TF_AVX512
+  if constexpr (VEC) {
+    __m512 acc = _mm512_setzero_ps();
+    for (; e + 16 <= E; e += 16) {
+      const __m512 v = lanes(xr + e);
+      acc = _mm512_fmadd_ps(v, v, acc);
+    }
+    ss = _mm512_reduce_add_ps(acc);
+  }
+#endif
+  for (int64_t i = e; i < E; ++i) { const float v = load(xr, i); ss += v * v; }
+  const float inv = 1.f / std::sqrt(ss / E + eps);
+  e = 0;
+#if TF_AVX512
+  if constexpr (VEC) {
+    const __m512 iv = _mm512_set1_ps(inv);
+    for (; e + 16 <= E; e += 16)
+      store_lanes(orow + e, _mm512_mul_ps(lanes(w + e), rounded(_mm512_mul_ps(lanes(xr + e), iv), xr)));
+  }
+#endif
+  for (; e < E; ++e) orow[e] = store<T>(load(w, e) * static_cast<float>(store<T>(load(xr, e) * inv)));
+}
+
+// out [N, E] = rms_norm(x [N, E]) (both contiguous, w's dtype): DecoderPlan's workspace.
+void rms_norm_into(const torch::Tensor& x, const torch::Tensor& w, double eps, const torch::Tensor& out);
+
+// x [..., E] -> w * round(x * rsqrt(mean(x^2) + eps)) (rms_row); w has x's dtype.
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   check_glue(x, "rms_norm", "x");
   x = x.contiguous();
-  const int64_t E = x.size(-1), rows = x.numel() / std::max<int64_t>(E, 1);
+  const int64_t E = x.size(-1);
   TORCH_CHECK(w.dim() == 1 && w.size(0) == E && w.scalar_type() == x.scalar_type() && w.stride(0) == 1,
               "rms_norm: w must be [", E, "] of x's dtype, got ", w.sizes(), " ", w.scalar_type());
   auto out = torch::empty_like(x);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm", [&] {
-    const scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* wp = w.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
-    rows_parallel(rows, E, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const scalar_t* xr = xp + r * E;
-        scalar_t* orow = op + r * E;
-        float ss = 0.f;
-        for (int64_t e = 0; e < E; ++e) { const float v = load(xr, e); ss += v * v; }
-        const float inv = 1.f / std::sqrt(ss / E + static_cast<float>(eps));
-        for (int64_t e = 0; e < E; ++e)
-          orow[e] = store<scalar_t>(load(wp, e) * static_cast<float>(store<scalar_t>(load(xr, e) * inv)));
-      }
-    });
-  });
+  rms_norm_into(x, w, eps, out);
   return out;
 }
 
@@ -431,24 +485,26 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
   });
 }
 
-#if TF_AVX512
-inline __m512 bf16x16(const at::BFloat16* p) {   // 16 bf16 -> fp32 (exact: bf16 is fp32's top half)
-  return _mm512_castsi512_ps(_mm512_slli_epi32(
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-#endif
 
 // silu(gate) * up [..., F]: gate and up [..., F] with unit stride in F and one stride between rows
 // (the two halves of the fused gate_up output are such views; so are two separate outputs).
+void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& out);
+
 torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
   check_glue(gate, "silu_mul", "gate");
   check_glue(up, "silu_mul", "up");
   TORCH_CHECK(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(),
               "silu_mul: gate ", gate.sizes(), " and up ", up.sizes(), " must match in shape and dtype");
+  auto out = torch::empty(gate.sizes(), gate.options());
+  silu_mul_into(gate, up, out);
+  return out;
+}
+
+// silu_mul into out (contiguous, gate's shape and dtype): DecoderPlan's workspace.
+void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& out) {
   const int64_t F = gate.size(-1);
   auto g2 = gate.reshape({-1, F}), u2 = up.reshape({-1, F});  // views where the rows are evenly spaced
   const int64_t rows = g2.size(0), gs = g2.stride(0), us = u2.stride(0);
-  auto out = torch::empty(gate.sizes(), gate.options());
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, gate.scalar_type(), "silu_mul", [&] {
     const scalar_t* gp = g2.data_ptr<scalar_t>(); const scalar_t* up_ = u2.data_ptr<scalar_t>();
     scalar_t* op = out.data_ptr<scalar_t>();
@@ -478,50 +534,67 @@ torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
       }
     });
   });
-  return out;
 }
 
 
 // ---- DecoderPlan's glue: what the module path does with torch ops, in one loop each -------------
+
+// xr[e] += yr[e] for e < E, each sum in fp32 rounded once to T (residual_add's bits)
+template <typename T>
+inline void add_row(T* xr, const T* yr, int64_t E) {
+  int64_t e = 0;
 #if TF_AVX512
-// 16 fp32 -> bf16, round to nearest even exactly as c10::BFloat16 (and torch's bf16 add) round,
-// with no flush of denormals (NaN -> 0x7FC0).
-inline __m256i bf16_round(__m512 f) {
-  const __m512i u = _mm512_castps_si512(f);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
-}
+  if constexpr (std::is_same_v<T, at::BFloat16> || std::is_same_v<T, float>)
+    for (; e + 16 <= E; e += 16) store_lanes(xr + e, _mm512_add_ps(lanes(xr + e), lanes(yr + e)));
 #endif
+  for (; e < E; ++e) xr[e] = store<T>(load(xr, e) + load(yr, e));
+}
 
 // x [N, E] += y [N, E] in place, both contiguous bf16 or both fp32 (the residual stream): each sum
 // in fp32, rounded once to bf16, the bits of torch's x + y without its dispatch and allocation.
 void residual_add(torch::Tensor& x, const torch::Tensor& y) {
-  const int64_t n = x.numel();
-  if (x.scalar_type() == at::kFloat) {
-    float* xp = x.data_ptr<float>();
-    const float* yp = y.data_ptr<float>();
-    for (int64_t i = 0; i < n; ++i) xp[i] += yp[i];
-    return;
-  }
-  at::BFloat16* xp = x.data_ptr<at::BFloat16>();
-  const at::BFloat16* yp = y.data_ptr<at::BFloat16>();
-  int64_t i = 0;
-#if TF_AVX512
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(xp + i), bf16_round(_mm512_add_ps(bf16x16(xp + i), bf16x16(yp + i))));
-#endif
-  for (; i < n; ++i) xp[i] = at::BFloat16(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
+  if (x.scalar_type() == at::kFloat)
+    add_row(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+  else
+    add_row(x.data_ptr<at::BFloat16>(), y.data_ptr<at::BFloat16>(), x.numel());
+}
+
+
+// x [N, E] += y [N, E] (as residual_add), then out [N, E] = rms_norm(x, w) (rms_row): the residual
+// stream's update and the next norm in one pass over x, as DecoderPlan runs them between layers.
+void add_rms_norm(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& w, double eps, const torch::Tensor& out) {
+  const int64_t E = x.size(1);
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "add_rms_norm", [&] {
+    scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* yp = y.data_ptr<scalar_t>();
+    const scalar_t* wp = w.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
+    rows_parallel(x.size(0), E, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        add_row(xp + r * E, yp + r * E, E);
+        rms_row(xp + r * E, wp, op + r * E, E, static_cast<float>(eps));
+      }
+    });
+  });
+}
+
+void rms_norm_into(const torch::Tensor& x, const torch::Tensor& w, double eps, const torch::Tensor& out) {
+  const int64_t E = x.size(-1), rows = x.numel() / std::max<int64_t>(E, 1);
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* wp = w.data_ptr<scalar_t>();
+    scalar_t* op = out.data_ptr<scalar_t>();
+    rows_parallel(rows, E, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) rms_row(xp + r * E, wp, op + r * E, E, static_cast<float>(eps));
+    });
+  });
 }
 
 // The fused projection's output qkv [B * T, (H + 2 Hkv) * D] (contiguous, bf16 or fp32) into
 // attention's inputs: q rotated into qr [B, H, T, D] (contiguous), k rotated into keys and v copied
 // into values at slots [start, start + T) (keys, values [B, Hkv, capacity, D] with unit stride in
-// D). The bits of rope() and copy_ on the module path's views, in one pass over qkv.
+// D). The bits of rope() and copy_ on the module path's views, in one pass over qkv. lq [B, H, D]
+// (unit stride in D; undefined: none) gets the rotated query of each sequence's last token.
 template <typename T_>
-void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& qr,
-                      const torch::Tensor& keys, const torch::Tensor& values, int64_t start) {
+void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& qr,
+                      const torch::Tensor& keys, const torch::Tensor& values, int64_t start, const torch::Tensor& lq) {
   const int64_t B = qr.size(0), H = qr.size(1), T = qr.size(2), D = qr.size(3), Hkv = keys.size(1);
   const int64_t W = qkv.size(1);
   const T_* src = qkv.data_ptr<T_>();
@@ -530,13 +603,18 @@ void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const 
   T_* qp = qr.data_ptr<T_>();
   T_* kp = keys.data_ptr<T_>();
   T_* vp = values.data_ptr<T_>();
+  T_* lp = lq.defined() ? lq.data_ptr<T_>() : nullptr;
   rows_parallel(B * T, W, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / T, t = r % T, slot = start + t;
       const T_* row = src + r * W;
       const T_* c = cp + b * cos.stride(0) + t * cos.stride(1);
       const T_* s = sp + b * sin.stride(0) + t * sin.stride(1);
-      for (int64_t h = 0; h < H; ++h) rope_row(row + h * D, c, s, qp + ((b * H + h) * T + t) * D, D);
+      for (int64_t h = 0; h < H; ++h) {
+        T_* q = qp + ((b * H + h) * T + t) * D;
+        rope_row(row + h * D, c, s, q, D);
+        if (lp && t == T - 1) std::memcpy(lp + b * lq.stride(0) + h * lq.stride(1), q, D * sizeof(T_));
+      }
       for (int64_t h = 0; h < Hkv; ++h) {
         rope_row(row + (H + h) * D, c, s, kp + b * keys.stride(0) + h * keys.stride(1) + slot * keys.stride(2), D);
         std::memcpy(vp + b * values.stride(0) + h * values.stride(1) + slot * values.stride(2), row + (H + Hkv + h) * D,
@@ -546,10 +624,10 @@ void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const 
   });
 }
 
-void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, torch::Tensor& qr,
-                    const torch::Tensor& keys, const torch::Tensor& values, int64_t start) {
-  if (qkv.scalar_type() == at::kFloat) qkv_into_cache_t<float>(qkv, cos, sin, qr, keys, values, start);
-  else qkv_into_cache_t<at::BFloat16>(qkv, cos, sin, qr, keys, values, start);
+void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& qr,
+                    const torch::Tensor& keys, const torch::Tensor& values, int64_t start, const torch::Tensor& lq) {
+  if (qkv.scalar_type() == at::kFloat) qkv_into_cache_t<float>(qkv, cos, sin, qr, keys, values, start, lq);
+  else qkv_into_cache_t<at::BFloat16>(qkv, cos, sin, qr, keys, values, start, lq);
 }
 
 // ---- a pass's decoder layers in one call ---------------------------------------------------------
@@ -571,6 +649,26 @@ using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tenso
 template <typename F> F from_capsule(const c10::optional<py::capsule>& c) {
   return c.has_value() ? reinterpret_cast<F>(c->get_pointer()) : nullptr;
 }
+
+// DecoderPlan's buffers for a pass, per thread: one flat tensor per buffer that only grows, viewed
+// at each pass's shape (a thread alternating the target's and the middle level's passes reuses them).
+struct Workspace {
+  struct Views { torch::Tensor xn, qkv, qr, o, gate_up, act, down; };
+  torch::Tensor flat[7];
+  Views views(int64_t N, int64_t E, int64_t W, int64_t F, int64_t B, int64_t H, int64_t T, int64_t D,
+              const at::TensorOptions& opt) {
+    const std::vector<int64_t> shapes[7] = {{N, E}, {N, W}, {B, H, T, D}, {N, E}, {N, 2 * F}, {N, F}, {N, E}};
+    torch::Tensor v[7];
+    for (int i = 0; i < 7; ++i) {
+      int64_t n = 1;
+      for (int64_t d : shapes[i]) n *= d;
+      if (!flat[i].defined() || flat[i].numel() < n || flat[i].scalar_type() != opt.dtype().toScalarType())
+        flat[i] = torch::empty({std::max<int64_t>(n, flat[i].defined() ? flat[i].numel() : 0)}, opt);
+      v[i] = flat[i].narrow(0, 0, n).view(shapes[i]);
+    }
+    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+  }
+};
 
 class DecoderPlan {
  public:
@@ -605,25 +703,40 @@ class DecoderPlan {
                 k.stride(4) == 1 && v.stride(4) == 1,
                 "DecoderPlan.run: x, cos/sin [B, T, D], k/v (unit stride in D) and the norms all bf16 or all fp32 expected");
     x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
+    // The layers' buffers, reused pass after pass (no allocation in the loop beyond attention's
+    // output and int8/int4 linears'); K/V and last_query views made once per pass.
+    thread_local Workspace buffers;
+    const Workspace::Views ws = buffers.views(N, E, HD + 2 * Hkv_ * D_, F, B, H_, T, D_, x.options());
+    const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
+    const std::vector<torch::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<torch::Tensor>();
+    torch::Tensor down;                                                                       // the last layer's MLP output
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
-      torch::Tensor qkv = linear(rms_norm(x, norm1_[l], eps_), lin[0]);                    // [N, HD + 2 KD]
-      auto qr = torch::empty({B, H_, T, D_}, x.options());                                 // [B, H, T, D]
-      auto keys = k.select(0, l), values = v.select(0, l);                                  // [B, Hkv, cap, D]
-      qkv_into_cache(qkv, cos, sin, qr, keys, values, start);
-      if (last_query.has_value()) last_query->select(0, l).copy_(qr.select(2, T - 1));
-      auto attn = attend_(qr, keys.narrow(2, 0, stop), values.narrow(2, 0, stop), scale_, std::nullopt);  // [B, T, H, D]
-      residual_add(x, linear(attn.view({N, HD}), lin[1]));
-      torch::Tensor gate_up = linear(rms_norm(x, norm2_[l], eps_), lin[2]);                // [N, 2F]
-      residual_add(x, linear(silu_mul(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F)), lin[3]));
+      if (l == 0)
+        rms_norm_into(x, norm1_[l], eps_, ws.xn);
+      else
+        add_rms_norm(x, down, norm1_[l], eps_, ws.xn);                                        // x += down; xn = norm(x)
+      const torch::Tensor qkv = linear(ws.xn, lin[0], ws.qkv);                                // [N, HD + 2 KD]
+      qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start,
+                     lqs.empty() ? torch::Tensor() : lqs[l]);
+      auto attn = attend_(ws.qr, keys[l], values[l], scale_, std::nullopt);                  // [B, T, H, D]
+      add_rms_norm(x, linear(attn.view({N, HD}), lin[1], ws.o), norm2_[l], eps_, ws.xn);    // x += o; xn = norm(x)
+      const torch::Tensor gate_up = linear(ws.xn, lin[2], ws.gate_up);                        // [N, 2F]
+      silu_mul_into(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F), ws.act);
+      down = linear(ws.act, lin[3], ws.down);
     }
+    if (down.defined()) residual_add(x, down);
     return x.view({B, T, E});
   }
 
  private:
-  torch::Tensor linear(const torch::Tensor& x, const LinearSpec& l) const {
+  // y [N, O]: packed linears write `out` (the workspace's buffer), int8/int4 ones a new tensor
+  torch::Tensor linear(const torch::Tensor& x, const LinearSpec& l, const torch::Tensor& out) const {
     const auto& [kind, packed, scales, bias, O] = l;
-    if (kind == PACKED) return linear_packed(x, packed, bias, O);
+    if (kind == PACKED) {
+      linear_packed_into(x, packed, bias, O, out);
+      return out;
+    }
     if (kind == INT8) return int8_(x, packed, *scales, bias, O);
     return int4_(x, packed, bias, O);
   }
