@@ -35,9 +35,8 @@ class FullCache:
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.length + T > self.capacity:
             raise ValueError(f"cache capacity {self.capacity} exceeded: {self.length} filled + {T} new")
-        positions = torch.arange(self.length, self.length + T, device=self.last_query.device).expand(self.batch, T)
         self._new = T
-        self._cos, self._sin = self.rope.tables(positions)  # [B, T, D]
+        self._cos, self._sin = self.rope.span(self.length, T, self.batch)  # [B, T, D]
         return self._cos, self._sin
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):

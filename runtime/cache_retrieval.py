@@ -94,9 +94,8 @@ class RetrievalCache:
             raise ValueError(f"retrieval cache's generated region is full ({self.length - self.selected} "
                              f"tokens); rebuild it or allocate more generated capacity")
         start = self.get_seq_length()
-        positions = torch.arange(start, start + T, device=self.k.device).expand(self.batch, T)
         self._new = T
-        self._cos, self._sin = self.rope.tables(positions)  # absolute positions, as in the full cache
+        self._cos, self._sin = self.rope.span(start, T, self.batch)  # absolute positions, as in the full cache
         return self._cos, self._sin
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):

@@ -66,8 +66,7 @@ class StreamingCache:
             self.forced_evictions += 1
             self._evict(self.length + T - self.capacity)
         self._new = T
-        slots = torch.arange(self.length, self.length + T, device=self.k.device).expand(self.batch, -1)
-        self._cos, self._sin = self.rope.tables(slots)   # [B, T, D]: the new tokens' slots
+        self._cos, self._sin = self.rope.span(self.length, T, self.batch)   # [B, T, D]: the new tokens' slots
         return self._cos, self._sin
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):

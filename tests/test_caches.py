@@ -1,5 +1,7 @@
 """Cache policies in isolation: regions, selection, rollback. Keys carry their token's index so
 that which tokens a cache holds can be read back directly."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -214,3 +216,27 @@ def test_streaming_skip_counts_tokens_between_the_sinks_and_the_recent_region():
     assert feed_committed(skipping, 20, 1) == feed_committed(fed, 20, 1) == [0, 1, 2, 3] + list(range(13, 21))
     with pytest.raises(ValueError, match="skip"):
         skipping.skip(1)                     # recent tokens cached: skipping now would misplace them
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_spans_are_one_table_whatever_its_size(dtype):
+    """A pass's cos/sin are slices of one table per Rope: the values of a position do not depend on
+    how large the table had grown, nor on the pass's length; they are what the formula gives
+    (cos/sin of position x inverse frequency, duplicated over D), and tables(positions) picks the
+    same rows for any positions."""
+    cfg = dataclasses.replace(CFG, head_dim=64, num_heads=2, num_kv_heads=1, hidden_size=128)
+    rope = Rope(cfg, 64, torch.device("cpu"), dtype)
+    cos, sin = rope.span(5, 3, 2)                                       # [B, T, D]
+    assert cos.shape == sin.shape == (2, 3, 64) and cos.dtype == dtype and rope._cos.shape[0] % 64 == 0
+    small = rope._cos.shape[0]
+    freqs = torch.arange(5, 8).float()[:, None] * rope.inv_freq
+    torch.testing.assert_close(cos[0], torch.cat((freqs, freqs), -1).cos().to(dtype), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sin[1], torch.cat((freqs, freqs), -1).sin().to(dtype), rtol=1e-6, atol=1e-6)
+    before = rope.span(0, small, 1)[0].clone()
+    late_cos, _ = rope.span(3000, 2, 1)                                 # grows the table
+    assert rope._cos.shape[0] >= 3002 and rope._cos.shape[0] % 64 == 0
+    assert torch.equal(rope.span(0, small, 1)[0], before)              # the same bits for the rows it had
+    one = torch.stack([rope.span(p, 1, 1)[0][0, 0] for p in range(5, 8)])
+    assert torch.equal(one, cos[0])                                     # 1-token passes see the verify pass's rows
+    picked, _ = rope.tables(torch.tensor([[3001, 6]]))
+    assert torch.equal(picked[0, 0], late_cos[0, 1]) and torch.equal(picked[0, 1], cos[0, 1])

@@ -23,8 +23,7 @@ class NoCache:
         self._cos = self._sin = None
 
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.arange(T, device=self.rope.inv_freq.device).expand(self.batch, T)
-        self._cos, self._sin = self.rope.tables(positions)  # [B, T, D]
+        self._cos, self._sin = self.rope.span(0, T, self.batch)  # [B, T, D]
         return self._cos, self._sin
 
     def update(self, layer: int, q: torch.Tensor, k: torch.Tensor,
