@@ -108,10 +108,11 @@ class Engine(Checkpoint):
     new tokens the placement is planned for under `offload: auto` (None: the model's max_context,
     the most check_length lets any request use)."""
 
+    stored_costs = True   # --gamma auto's pass costs also kept on disk for later processes (gamma.save_costs)
+
     def __init__(self, run: RunConfig, keep_prefill: bool = False, context: int | None = None):
         self.open_checkpoint(run, keep_prefill)
         self.pass_costs: dict[tuple, list] = {}   # --gamma auto: pass_cost_key -> the last such request's costs
-        self.stored_costs = True                  # ... also kept on disk for later processes (gamma.save_costs)
         self.device = resolve_device(run.device)
         from triforce.offload.plan import placement_for_run
         self.placement = placement_for_run(self.cfg, run, self.device, context or self.cfg.max_context)
