@@ -434,8 +434,7 @@ inline void rms_row(const T* xr, const T* w, T* orow, int64_t E, float eps) {
   for (; e < E; ++e) orow[e] = store<T>(load(w, e) * static_cast<float>(store<T>(load(xr, e) * inv)));
 }
 
-// out [N, E] = rms_norm(x [N, E]) (both contiguous, w's dtype): DecoderPlan's workspace.
-void rms_norm_into(const torch::Tensor& x, const torch::Tensor& w, double eps, const torch::Tensor& out);
+void add_rms_norm(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& w, double eps, const torch::Tensor& out);
 
 // x [..., E] -> w * round(x * rsqrt(mean(x^2) + eps)) (rms_row); w has x's dtype.
 torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
@@ -445,7 +444,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   TORCH_CHECK(w.dim() == 1 && w.size(0) == E && w.scalar_type() == x.scalar_type() && w.stride(0) == 1,
               "rms_norm: w must be [", E, "] of x's dtype, got ", w.sizes(), " ", w.scalar_type());
   auto out = torch::empty_like(x);
-  rms_norm_into(x, w, eps, out);
+  add_rms_norm(x, torch::Tensor(), w, eps, out);   // no y: x is only read
   return out;
 }
 
@@ -560,29 +559,19 @@ void residual_add(torch::Tensor& x, const torch::Tensor& y) {
 }
 
 
-// x [N, E] += y [N, E] (as residual_add), then out [N, E] = rms_norm(x, w) (rms_row): the residual
-// stream's update and the next norm in one pass over x, as DecoderPlan runs them between layers.
+// x [..., E] += y (as residual_add; y undefined: x is left as it is), then out = rms_norm(x, w)
+// (rms_row), all contiguous in w's dtype: the residual stream's update and the next norm in one
+// pass over x, as DecoderPlan runs them between layers (out: its workspace).
 void add_rms_norm(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& w, double eps, const torch::Tensor& out) {
-  const int64_t E = x.size(1);
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "add_rms_norm", [&] {
-    scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* yp = y.data_ptr<scalar_t>();
-    const scalar_t* wp = w.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
-    rows_parallel(x.size(0), E, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        add_row(xp + r * E, yp + r * E, E);
-        rms_row(xp + r * E, wp, op + r * E, E, static_cast<float>(eps));
-      }
-    });
-  });
-}
-
-void rms_norm_into(const torch::Tensor& x, const torch::Tensor& w, double eps, const torch::Tensor& out) {
   const int64_t E = x.size(-1), rows = x.numel() / std::max<int64_t>(E, 1);
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm", [&] {
-    const scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* wp = w.data_ptr<scalar_t>();
-    scalar_t* op = out.data_ptr<scalar_t>();
+    scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* yp = y.defined() ? y.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* wp = w.data_ptr<scalar_t>(); scalar_t* op = out.data_ptr<scalar_t>();
     rows_parallel(rows, E, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) rms_row(xp + r * E, wp, op + r * E, E, static_cast<float>(eps));
+      for (int64_t r = begin; r < end; ++r) {
+        if (yp) add_row(xp + r * E, yp + r * E, E);
+        rms_row(xp + r * E, wp, op + r * E, E, static_cast<float>(eps));
+      }
     });
   });
 }
@@ -712,10 +701,7 @@ class DecoderPlan {
     torch::Tensor down;                                                                       // the last layer's MLP output
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
-      if (l == 0)
-        rms_norm_into(x, norm1_[l], eps_, ws.xn);
-      else
-        add_rms_norm(x, down, norm1_[l], eps_, ws.xn);                                        // x += down; xn = norm(x)
+      add_rms_norm(x, down, norm1_[l], eps_, ws.xn);            // x += the last layer's down (none at l = 0); xn = norm(x)
       const torch::Tensor qkv = linear(ws.xn, lin[0], ws.qkv);                                // [N, HD + 2 KD]
       qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start,
                      lqs.empty() ? torch::Tensor() : lqs[l]);
