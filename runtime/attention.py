@@ -63,13 +63,20 @@ def causal_mask(T: int, S: int, device: torch.device) -> torch.Tensor:
 
 
 def _attend_sdpa(q, k, v):
+    T, S = q.shape[2], k.shape[2]
+    return attend_masked(q, k, v, None if T == 1 else causal_mask(T, S, q.device))
+
+
+def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor | None) -> torch.Tensor:
+    """q [B, H, T, D], k/v [B, Hkv, S, D], visible [T, S] bool (query t may see key s; None: all)
+    -> [B, T, H, D]. Any visibility, for a pass whose cache length is not a shape: a pass replayed
+    from a CUDA graph attends to its whole buffer (runtime/graphs.py)."""
     # GQA without copying K/V: the G query heads that share a KV head are stacked along the
     # query axis, [B, H, T, D] -> [B, Hkv, G*T, D], so every KV head is read once.
     B, H, T, D = q.shape
-    Hkv, S = k.shape[1], k.shape[2]
-    G = H // Hkv
-    q = q.reshape(B, Hkv, G * T, D)                       # heads h = kv * G + g (HF's repeat_kv order)
-    mask = None if T == 1 else causal_mask(T, S, q.device).repeat(G, 1)  # [G*T, S]
+    G = H // k.shape[1]
+    q = q.reshape(B, k.shape[1], G * T, D)                 # heads h = kv * G + g (HF's repeat_kv order)
+    mask = None if visible is None else visible.repeat(G, 1)           # [G*T, S]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)      # [B, Hkv, G*T, D]
     return out.reshape(B, H, T, D).transpose(1, 2)        # [B, T, H, D] (a GPU kernel may return other strides)
 

@@ -19,6 +19,7 @@ from triforce.runtime.decode import decode, timed
 from triforce.runtime.drafter import default_drafter_dir
 from triforce.runtime.errors import UserError
 from triforce.runtime.gamma import GammaTuner, auto_caps, chain, load_costs, save_costs
+from triforce.runtime.graphs import GraphedForward
 from triforce.runtime.model import Transformer, fuse_projections, load_model
 from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
@@ -224,7 +225,10 @@ class Engine(Checkpoint):
             on_chip = self.placement.for_request(run.on_chip_layers).on_chip_layers
             cache = self.full_cache(rope, capacity, on_chip) if spec.cache.kind == "full" else \
                 make_cache(spec.cache, model.cfg, rope, self.device, model.dtype)
-            return Level(spec.name, model, cache, run.sampling, spec.max_pass, role=spec.model)
+            built = Level(spec.name, model, cache, run.sampling, spec.max_pass, role=spec.model)
+            if spec.cache.kind != "full" and run.cuda_graphs and self.device.type == "cuda":
+                built.forward = GraphedForward(model, cache)   # a lower level's passes, bound by launches
+            return built
 
         return [level(spec) for spec in specs], gammas
 

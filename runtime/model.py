@@ -18,7 +18,6 @@ from safetensors import safe_open
 
 from triforce.runtime.attention import attend
 from triforce.runtime.cache import KVCache
-from triforce.runtime.cache_packed import PackedCache
 from triforce.runtime.config import ModelConfig
 from triforce.runtime.errors import UserError
 from triforce.runtime.ops import Linear, rms_norm, silu_mul
@@ -63,8 +62,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape                                              # x [B, T, E]
         q, k, v = self.project(x)
         q = Rope.rotate(q, cos, sin)
-        if isinstance(cache, PackedCache):    # several sequences, each attending to its own cache
-            out = cache.attend(self.layer, q, k, v)                    # [1, ΣT, H, D]
+        if hasattr(cache, "attend"):   # a cache that attends itself: packed sequences, a captured pass
+            out = cache.attend(self.layer, q, k, v)                    # [B, T, H, D]
         else:
             k, v = cache.update(self.layer, q, k, v)                   # [B, Hkv, S, D]
             out = attend(q, k, v)                                      # [B, T, H, D]

@@ -23,6 +23,9 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int)
     p.add_argument("--dtype", choices=DTYPES)
     p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", default=None,
+                   help="on CUDA, run every pass eagerly (by default the drafter's and the middle level's passes "
+                   "of up to 16 tokens replay from CUDA graphs)")
     p.add_argument("--prefill-chunk", type=int, help="prompt tokens per prefill forward pass")
     p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR with TYPE linear|dynamic|yarn, e.g. yarn:4")
     p.add_argument("--draft-model", help="drafter checkpoint sharing the target's tokenizer (modes spec, triforce; "

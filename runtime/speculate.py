@@ -23,6 +23,7 @@ import torch
 
 from triforce.runtime.accept import accept
 from triforce.runtime.cache import KVCache
+from triforce.runtime.graphs import GraphedForward
 from triforce.runtime.model import Transformer
 from triforce.runtime.quant import weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
@@ -60,6 +61,7 @@ class Level:
     def __init__(self, name: str, model: Transformer, cache: KVCache, params: SamplingParams, max_pass: int,
                  role: str = "target"):
         self.name, self.model, self.cache, self.params, self.max_pass = name, model, cache, params, max_pass
+        self.forward = model         # model(tokens, cache, last_only): the model's, or runtime/graphs.py's replays
         self.role = role             # whose weights it runs: target | drafter (runtime/modes.py LevelSpec.model)
         self.cached: list[int] = []  # the tokens whose K/V the cache holds (logically)
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
@@ -84,7 +86,7 @@ class Level:
             if rows > 1 and not self.counts_rows:            # a model that only knows last_only True/False
                 rows = False
             began = time.perf_counter()
-            out = self.model(part, self.cache, last_only=rows)                           # [1, R, V]
+            out = self.forward(part, self.cache, last_only=rows)                         # [1, R, V]
             self.times.add(part.shape[1], time.perf_counter() - began)
             if final and keep_last:
                 logits = out[0, -keep_last:]
@@ -181,7 +183,8 @@ def level_stats(stack: list[Level]) -> dict:
     """Per-level figures for --json and stderr: acceptance, passes, time, the weights a pass reads
     (kind and bytes: what a quantized lower level buys); for a StreamingLLM level also
     forced_evictions (passes whose speculative tokens overflowed the scratch region: still
-    lossless, but its proposals lost context, so non-zero means raise the scratch)."""
+    lossless, but its proposals lost context, so non-zero means raise the scratch); on CUDA, for a
+    lower level, cuda_graphs (how many pass shapes it replayed from graphs: runtime/graphs.py)."""
     out = {}
     for level in stack:
         s = asdict(level.stats)
@@ -195,6 +198,8 @@ def level_stats(stack: list[Level]) -> dict:
             s["budget"] = level.cache.budget
         if level.stats.drafted:
             s["acceptance"] = round(level.stats.accepted / level.stats.drafted, 4)
+        if isinstance(getattr(level, "forward", None), GraphedForward):
+            s["cuda_graphs"] = level.forward.captured   # pass shapes replayed from CUDA graphs
         evictions = getattr(getattr(level, "cache", None), "forced_evictions", None)
         if evictions is not None:   # a StreamingLLM level
             s["forced_evictions"] = evictions

@@ -95,3 +95,44 @@ def test_copy_lanes_order_by_events_on_cuda():
         copier.wait(event)
         assert float(dst.sum()) == 3.0 * 1024 * 1024
     tier.close()
+
+
+def test_lower_levels_replay_cuda_graphs(tiny_pair):
+    """A captured pass computes what the same static pass computes eagerly, logits and K/V, pass
+    after pass (runtime/graphs.py); and a `triforce` request on CUDA replays its lower
+    levels' passes from graphs while emitting `ar`'s tokens."""
+    from triforce.runtime import graphs
+    from triforce.runtime.cache_full import FullCache
+    from triforce.runtime.model import load_model
+    model = load_model(tiny_pair[0], "bf16", device="cuda")
+    ids = random_ids(320, 400)
+    caches = []
+    for _ in range(2):
+        cache = FullCache(model.cfg, model.rope(512), 1, 512, model.device, model.dtype)
+        model(torch.tensor([ids[:300]], device="cuda"), cache)
+        caches.append(cache)
+    replayed, eager = graphs.GraphedForward(model, caches[0]), graphs.GraphedForward(model, caches[1], capture=False)
+    at = 300
+    for T in (1, 3, 1, 3, 1, 3, 2):
+        x = torch.tensor([ids[at:at + T]], device="cuda")
+        torch.testing.assert_close(replayed(x, caches[0], last_only=T), eager(x, caches[1], last_only=T),
+                                   rtol=1e-3, atol=1e-3)    # the same kernels: equal unless capture picks others
+        at += T
+    assert replayed.captured == 2 and replayed.failed is None                # (1, 1) and (3, 3); (2, 2) asked once
+    torch.testing.assert_close(caches[0].k[:, :, :, :at], caches[1].k[:, :, :, :at], rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(caches[0].v[:, :, :, :at], caches[1].v[:, :, :, :at], rtol=1e-2, atol=1e-2)
+
+    target, drafter = tiny_pair
+    base = dict(model=target, draft_model=drafter, device="cuda", dtype="bf16", max_new_tokens=32,
+                retrieval_budget=128, chunk_size=8, gamma1=2, gamma2=4)
+    engine = Engine(RunConfig(mode="triforce", **base))
+    stacks = []
+    build_stack = engine.build_stack
+    engine.build_stack = lambda run, capacity: stacks.append(build_stack(run, capacity)) or stacks[-1]
+    prompt = random_ids(320, 517)
+    expected = engine.generate(prompt, RunConfig(mode="ar", **base)).token_ids
+    assert engine.generate(prompt, RunConfig(mode="triforce", **base)).token_ids == expected
+    drafter_level, middle, top = stacks[-1][0]
+    assert drafter_level.forward.captured and middle.forward.captured and top.forward is top.model
+    assert engine.generate(prompt, RunConfig(mode="triforce", cuda_graphs=False, **base)).token_ids == expected
+    assert stacks[-1][0][0].forward is stacks[-1][0][0].model

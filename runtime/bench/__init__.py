@@ -84,7 +84,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--levels", nargs="+", choices=["target", "retrieval", "drafter"],
                    default=["target", "retrieval", "drafter"], help="passes suite: which levels to time")
     p.add_argument("--cuda-graph", action="store_true",
-                   help="passes suite on a GPU: also time each pass replayed from a captured CUDA graph")
+                   help="passes suite on a GPU: also time each pass replayed from a CUDA graph, as the runtime "
+                   "replays the lower levels' passes (runtime/graphs.py)")
     p.add_argument("--lower-weights", nargs="+", default=["same", "int8", "int4"],
                    help="lower suite: the middle level's weights, LAYERS or LAYERS:HEAD (int4:int4 = int4 head too)")
     p.add_argument("--llama-bench", help="peers: a llama-bench binary; with --gguf adds llama.cpp at the same depth "

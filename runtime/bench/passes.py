@@ -29,6 +29,7 @@ from triforce.runtime.bench.report import fmt, markdown_table
 from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine, rebuild_retrieval
 from triforce.runtime.errors import UserError
+from triforce.runtime.graphs import CAPTURE_AT, GraphedForward
 
 LEVELS = ("target", "retrieval", "drafter")
 
@@ -68,27 +69,26 @@ def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
     return interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
 
 
-def time_graph_pass(level, tokens: list[int], repeats: int) -> list[float] | str:
-    """Seconds of the same pass replayed from a captured CUDA graph (Python and kernel launches
-    gone: what capturing the fixed-shape passes would buy), or why capture failed."""
+def time_graph_pass(level, tokens: list[int], repeats: int, capture: bool | None = None) -> list[float] | str:
+    """Seconds of the same pass replayed as the runtime replays a lower level's passes
+    (runtime/graphs.py: inputs at fixed addresses, attention over the whole buffer under a mask;
+    Python and kernel launches gone), or why capture failed. capture=False: the static pass run
+    eagerly (the CPU tests)."""
     x = torch.tensor([tokens], device=level.model.device)            # [1, T]
     n = level.cache.get_seq_length()
-    side = torch.cuda.Stream(x.device)
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    try:
-        with torch.cuda.stream(side):                                 # warm-up off the default stream, as capture needs
-            for _ in range(2):
-                level.model(x, level.cache)
-                level.cache.crop(n)
-        torch.cuda.current_stream(x.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            level.model(x, level.cache)                               # writes K/V at [n, n + T), as every replay does
-    except RuntimeError as e:
-        return f"capture failed: {str(e).splitlines()[0][:160]}"
-    finally:
-        level.cache.crop(n)
-    return interleaved({"graph": timed(graph.replay, x.device)}, repeats, warmup=2)["graph"]
+    forward = GraphedForward(level.model, level.cache, capture=capture)
+    replay = timed(lambda: forward(x, level.cache, last_only=x.shape[1]), x.device)
+
+    def one_pass() -> float:
+        seconds = replay()
+        level.cache.crop(n)                                           # rolled back, untimed
+        return seconds
+
+    for _ in range(CAPTURE_AT):                                       # asked often enough to be captured
+        one_pass()
+    if forward.failed:
+        return forward.failed
+    return interleaved({"graph": one_pass}, repeats, warmup=2)["graph"]
 
 
 def built_levels(engine: Engine, run, ids: list[int], S: int) -> dict:

@@ -1,0 +1,160 @@
+"""A level's small passes replayed from CUDA graphs: no Python and no kernel launches per pass.
+
+On a GPU the drafter's and the middle level's passes are bound by launches from Python, not by
+memory: on an H200 (round 20, BENCHMARKS "GPU") the 68M drafter's pass took 1.5 ms against a
+0.02 ms roofline and the middle level's 17-20 ms against 3.5 ms; replayed from captured graphs,
+0.23 and 6.5 ms. A graph replays the addresses and shapes it was captured with, so what changes from
+one pass to the next lives in tensors at fixed addresses that the graph reads:
+
+    tokens   [B, T]      the new tokens
+    cos/sin  [B, T, D]   their RoPE tables (copied from the cache's own begin(T))
+    index    [T]         the slots where their K/V go in the cache's buffers [L, B, Hkv, capacity, D]
+
+and attention reads the whole buffer, each query seeing the slots up to its own (a mask
+[T, capacity], built from `index` inside the graph) instead of a slice whose length would change.
+The cache keeps its bookkeeping in Python, as in an eager pass: begin(T) evicts and checks the
+capacity, end() counts the tokens. Any cache with slots() (full, retrieval, streaming) qualifies.
+
+One graph per (T, rows) a level asks for at least twice (a length seen once, such as a catch-up
+after a rejection, runs eagerly), up to MAX_TOKENS tokens (prefill chunks run eagerly); a level's
+graphs share one memory pool. Where there is no CUDA, or capture=False, the same static pass runs
+eagerly: that is how the CPU tests check it. The engine gives graphs to the lower levels only: the
+full target's pass keeps the eager kernels (flash attention over its filled length), so the output
+stays bit for bit `ar`'s.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import torch
+
+from triforce.runtime.attention import attend_masked
+from triforce.runtime.rope import Rope
+
+MAX_TOKENS = 16   # longer passes (prefill chunks) run eagerly
+CAPTURE_AT = 2    # a (T, rows) is captured the second time it is asked for
+
+
+class StaticSlots:
+    """The cache a captured pass runs against: one cache's slot buffers, with the pass's positions
+    in tensors at fixed addresses (the module doc). begin/attend/end as runtime/cache.py's
+    interface (attend in place of update, as the packed cache)."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, last_query: torch.Tensor | None,
+                 cos: torch.Tensor, sin: torch.Tensor):
+        self.k, self.v, self.last_query = k, v, last_query             # [L, B, Hkv, capacity, D]; [L, B, H, D]
+        self.cos = torch.empty(cos.shape, dtype=cos.dtype, device=cos.device)   # [B, T, D]
+        self.sin = torch.empty(sin.shape, dtype=sin.dtype, device=sin.device)
+        self.index = torch.zeros(cos.shape[1], dtype=torch.long, device=k.device)    # [T]: the slots
+        self.key_slots = torch.arange(k.shape[3], device=k.device)                  # [capacity]
+        self.visible = None
+
+    def load(self, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor) -> None:
+        """The pass in flight's tables and slots (outside the graph: copies into its inputs)."""
+        self.cos.copy_(cos)
+        self.sin.copy_(sin)
+        self.index.copy_(slots)
+
+    def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        self.visible = self.key_slots <= self.index[:, None]          # [T, capacity]: bottom-right causal
+        return self.cos, self.sin
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q [B, H, T, D] (after RoPE), k/v [B, Hkv, T, D] (k before) -> [B, T, H, D]: the K/V stored
+        at the slots `index` as the cache's update() stores them, then attention over the whole buffer."""
+        self.k[layer].index_copy_(2, self.index, Rope.rotate(k, self.cos, self.sin))
+        self.v[layer].index_copy_(2, self.index, v)
+        if self.last_query is not None:     # the full cache keeps it for the retrieval rebuild
+            self.last_query[layer] = q[:, :, -1]
+        return attend_masked(q, self.k[layer], self.v[layer], self.visible)
+
+    def end(self) -> None:
+        """Nothing: the real cache counts the tokens (GraphedForward calls its end())."""
+
+
+class CapturedPass:
+    """One (T, rows) pass of a model over StaticSlots: replayed from a CUDA graph, or run eagerly."""
+
+    def __init__(self, model, static: StaticSlots, tokens: torch.Tensor, rows: int):
+        self.model, self.static, self.rows = model, static, rows
+        self.tokens = torch.empty_like(tokens)                        # [B, T]
+        self.graph = None
+        self.logits = None                                            # [B, rows, V] float32
+
+    def forward(self) -> torch.Tensor:
+        self.logits = self.model(self.tokens, self.static, last_only=self.rows)
+        return self.logits
+
+    def capture(self, pool) -> None:
+        """Warms up on a side stream (as capture needs), then captures. The inputs already hold the
+        pass in flight, so the warm-up passes write the K/V that the replay writes again."""
+        device = self.tokens.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.forward()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            self.forward()
+        self.graph = graph
+
+    def run(self) -> torch.Tensor:
+        if self.graph is None:
+            return self.forward()
+        self.graph.replay()
+        return self.logits
+
+
+class GraphedForward:
+    """A level's forward, model(tokens, cache, last_only) as Level.feed calls it, with the small
+    passes over `cache` replayed from CUDA graphs (the module doc); every other pass is the model's."""
+
+    def __init__(self, model, cache, capture: bool | None = None):
+        self.model, self.cache = model, cache
+        self.capture = torch.cuda.is_available() and model.device.type == "cuda" if capture is None else capture
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.passes: dict[tuple[int, int], CapturedPass] = {}
+        self.asked: Counter = Counter()
+        self.buffers = None      # the cache's K buffer the passes were made for
+        self.failed = None       # why capture failed (then every pass runs eagerly)
+
+    def __call__(self, tokens: torch.Tensor, cache, last_only=False) -> torch.Tensor:
+        T = tokens.shape[1]                                           # tokens [B, T]
+        if cache is not self.cache or self.failed or T > MAX_TOKENS or isinstance(last_only, torch.Tensor):
+            return self.model(tokens, cache, last_only=last_only)
+        rows = T if not last_only or int(last_only) >= T else int(last_only)
+        key = (T, rows)
+        self.asked[key] += 1
+        if key not in self.passes and self.asked[key] < CAPTURE_AT:
+            return self.model(tokens, cache, last_only=rows)
+        cos, sin = cache.begin(T)                                     # evictions, capacity: the cache's own
+        k, v, start, last_query = cache.slots()
+        if k is not self.buffers:                                     # a cache that reallocated: start over
+            self.passes, self.buffers = {}, k
+        step = self.passes.get(key)
+        fresh = step is None
+        if fresh:
+            step = self.passes[key] = CapturedPass(self.model, StaticSlots(k, v, last_query, cos, sin), tokens, rows)
+        step.tokens.copy_(tokens)
+        step.static.load(cos, sin, step.static.key_slots[start:start + T])
+        if fresh and self.capture:
+            try:
+                step.capture(self.pool)
+            except RuntimeError as e:   # an op the graph refuses: this level runs eagerly from now on
+                self.failed = f"CUDA graph capture failed ({str(e).splitlines()[0][:160]}); passes run eagerly"
+                print(f"[triforce] {self.failed}", file=sys.stderr)
+                self.passes = {}
+        logits = step.run() if not self.failed else step.forward()
+        cache.end()
+        return logits.clone()                                         # [B, rows, V]: the next replay overwrites it
+
+    @property
+    def captured(self) -> int:
+        """How many pass shapes replay from graphs."""
+        return sum(p.graph is not None for p in self.passes.values())
+
+    def __getattr__(self, name):   # device, dtype, cfg, counts_rows ...: the model's
+        return getattr(self.model, name)

@@ -1,0 +1,166 @@
+"""Passes replayed from CUDA graphs (runtime/graphs.py). On a CPU the static pass (fixed-address
+inputs, K/V written at index slots, attention over the whole buffer under a mask) runs eagerly: these
+tests check that it computes what the eager pass computes, on every cache that has slots, and that
+every mode stays exactly `ar` with its lower levels on it. The capture itself is tested in
+tests/test_gpu.py. Tiny random models: a claim about exactness, not acceptance."""
+import copy
+import json
+
+import pytest
+import torch
+
+from triforce.runtime import graphs
+from triforce.runtime.bench.random_weights import random_checkpoint, random_ids
+from triforce.runtime.cache_full import FullCache
+from triforce.runtime.cache_retrieval import RetrievalCache
+from triforce.runtime.cache_streaming import StreamingCache
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
+from triforce.runtime.graphs import GraphedForward
+from triforce.runtime.model import load_model
+
+SHAPE = dict(architectures=["LlamaForCausalLM"], vocab_size=320, intermediate_size=96, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+    """A 3-layer target and a 1-layer drafter, random, sharing a tokenizer."""
+    root = tmp_path_factory.mktemp("shapes")
+    dirs = []
+    for name, layers, hidden in (("target", 3, 64), ("drafter", 1, 32)):
+        path = root / f"{name}.json"
+        path.write_text(json.dumps(dict(SHAPE, hidden_size=hidden, num_hidden_layers=layers)))
+        dirs.append(str(random_checkpoint(path)))
+    return dirs
+
+
+def filled(kind: str, model, ids: list[int]):
+    """A cache of `kind` holding ids (the retrieval cache selected from a full one)."""
+    cfg, rope = model.cfg, model.rope(512)
+    full = FullCache(cfg, rope, 1, 512, model.device, model.dtype)
+    model(torch.tensor([ids]), full)
+    if kind == "full":
+        return full
+    if kind == "retrieval":
+        cache = RetrievalCache(cfg, rope, 1, budget=64, chunk=8, generated_capacity=40, device=model.device,
+                               dtype=model.dtype, recent=16)
+        cache.fill_from(full, len(ids))
+        return cache
+    cache = StreamingCache(cfg, rope, 1, sinks=4, window=40, device=model.device, dtype=model.dtype, scratch=20)
+    cache.fill_from(full, len(ids))
+    return cache
+
+
+@pytest.mark.parametrize("kind", ["full", "retrieval", "streaming"])
+@pytest.mark.parametrize("T, rows", [(1, 1), (4, 4), (5, 1)])
+def test_static_pass_computes_the_eager_pass(tiny_pair, kind, T, rows, monkeypatch):
+    """Three passes in a row through the static path (the third replays the first pass's inputs, rolled
+    back and fed anew): the logits and every K/V slot and length equal the eager passes'."""
+    monkeypatch.setattr(graphs, "CAPTURE_AT", 1)
+    model = load_model(tiny_pair[0], "fp32")
+    ids = random_ids(320, 200)
+    eager = filled(kind, model, ids[:150])
+    static = copy.deepcopy(eager)
+    forward = GraphedForward(model, static, capture=False)
+    start = eager.get_seq_length()
+    for i, n in enumerate((T, T, T)):
+        if i == 2:                                   # a rollback, as after a rejection
+            eager.crop(start + T)
+            static.crop(start + T)
+        offset = eager.get_seq_length() - start
+        x = torch.tensor([ids[150 + offset:150 + offset + n]])                  # [1, T]
+        expected = model(x, eager, last_only=rows)                               # [1, rows, V]
+        got = forward(x, static, last_only=rows)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert static.get_seq_length() == eager.get_seq_length()
+    length = eager.length
+    torch.testing.assert_close(static.k[:, :, :, :length], eager.k[:, :, :, :length], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(static.v[:, :, :, :length], eager.v[:, :, :, :length])
+    if kind == "full":
+        torch.testing.assert_close(static.last_query, eager.last_query, rtol=1e-6, atol=1e-6)
+    assert list(forward.passes) == [(T, rows)]
+
+
+def test_shapes_asked_once_and_long_passes_run_eagerly(tiny_pair):
+    model = load_model(tiny_pair[0], "fp32")
+    cache = filled("full", model, random_ids(320, 40))
+    forward = GraphedForward(model, cache, capture=False)
+    forward(torch.tensor([random_ids(320, 3)]), cache, last_only=1)              # asked once: eager
+    forward(torch.tensor([random_ids(320, 20)]), cache, last_only=20)           # above MAX_TOKENS
+    forward(torch.tensor([random_ids(320, 20)]), cache, last_only=20)
+    assert forward.passes == {}
+    forward(torch.tensor([random_ids(320, 3)]), cache, last_only=False)         # all rows: the same (3, 3)
+    forward(torch.tensor([random_ids(320, 3)]), cache, last_only=3)
+    assert list(forward.passes) == [(3, 3)]
+    other = filled("full", model, random_ids(320, 40))
+    before = other.get_seq_length()
+    forward(torch.tensor([random_ids(320, 3)]), other, last_only=3)             # another cache: the model's
+    assert list(forward.passes) == [(3, 3)] and other.get_seq_length() == before + 3
+
+
+@pytest.mark.parametrize("gammas", [(2, 6), (1, 3)])
+def test_every_mode_equals_ar_with_static_lower_levels(tiny_pair, gammas, monkeypatch):
+    """The engine's lower levels on the static path (as on a GPU, without the capture): every mode
+    emits `ar`'s greedy tokens, and the static passes did run."""
+    target, drafter = tiny_pair
+    made = []
+    build_stack = Engine.build_stack
+
+    def static_lower_levels(self, run, capacity):
+        stack, g = build_stack(self, run, capacity)
+        for level in stack[:-1]:
+            level.forward = GraphedForward(level.model, level.cache, capture=False)
+            made.append(level.forward)
+        return stack, g
+
+    monkeypatch.setattr(Engine, "build_stack", static_lower_levels)
+    base = dict(model=target, draft_model=drafter, dtype="fp32", max_new_tokens=40, retrieval_budget=128, chunk_size=8,
+                retrieval_rebuild="every:16", gamma1=gammas[0], gamma2=gammas[1])
+    engine = Engine(RunConfig(mode="triforce", **base))
+    ids = random_ids(320, 301)
+    expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
+    for mode in ("spec", "retrieval", "streaming", "triforce"):
+        assert engine.generate(ids, RunConfig(mode=mode, **base)).token_ids == expected, mode
+    assert made and all(f.passes for f in made)
+
+
+def test_no_cuda_graphs_flag():
+    import argparse
+    from triforce.runtime.run_args import add_run_args, run_config_from_args
+    parser = argparse.ArgumentParser()
+    add_run_args(parser)
+    parser.add_argument("--config")
+    for name in ("prompt", "prompt_file", "question", "backend", "tp", "pp", "ray_address"):
+        parser.set_defaults(**{name: None})
+    assert run_config_from_args(parser.parse_args(["--no-cuda-graphs"])).cuda_graphs is False
+    assert run_config_from_args(parser.parse_args([])).cuda_graphs is True
+
+
+def test_bench_times_the_static_pass(tiny_pair):
+    """The passes suite's --cuda-graph column times GraphedForward's pass (here run eagerly) and
+    leaves the cache as it found it."""
+    from triforce.runtime.bench.passes import time_graph_pass
+    from triforce.runtime.sampling import SamplingParams
+    from triforce.runtime.speculate import Level
+    model = load_model(tiny_pair[0], "fp32")
+    ids = random_ids(320, 60)
+    level = Level("target", model, filled("full", model, ids[:50]), SamplingParams(), 64)
+    seconds = time_graph_pass(level, ids[50:54], repeats=3, capture=False)
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    assert level.cache.get_seq_length() == 50
+
+
+def test_gamma_probe_prices_the_replayed_pass(tiny_pair):
+    """--gamma auto's probe times a level's forward as the run calls it: a replaying forward is
+    asked often enough to be captured before the timed pass, and the cache is rolled back."""
+    from triforce.runtime.gamma import pass_seconds
+    from triforce.runtime.sampling import SamplingParams
+    from triforce.runtime.speculate import Level
+    model = load_model(tiny_pair[0], "fp32")
+    ids = random_ids(320, 50)
+    level = Level("retrieval", model, filled("retrieval", model, ids), SamplingParams(), 64)
+    level.cached = ids
+    level.forward = GraphedForward(model, level.cache, capture=False)
+    assert pass_seconds(level, 3) > 0
+    assert list(level.forward.passes) == [(3, 3)] and level.cache.get_seq_length() == 50
