@@ -46,6 +46,11 @@ DEVICE_RESERVE = 1.5 * GIB  # per GPU: CUDA context, allocator slack, activation
 # so a pass costs the larger of the two, not their sum.
 ISSUE_S_PER_LAYER = 0.55e-3
 ISSUE_S_PER_PASS = 0.4e-3   # embedding, final norm, head, the level's glue
+# The lower levels' passes replay from CUDA graphs (runtime/graphs.py) where their weights are
+# resident: on the H200 of round 24 the middle level's 32-layer pass took 6.9 ms over 3.7 ms of HBM
+# traffic and the 68M drafter's 2-layer pass 0.28 ms (docs/BENCHMARKS.md "GPU, round 24"): the
+# kernels' own floor, about 0.2 ms a 7B layer.
+REPLAY_S_PER_LAYER = 0.2e-3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -102,9 +107,10 @@ def kv_layer_bytes(cfg: ModelConfig, dtype_bytes: int, tokens: int) -> int:
 # ---- the cost model -----------------------------------------------------------------------------
 
 def pass_seconds(cfg: ModelConfig, m: Machine, dtype_bytes: int, kv_tokens: int, offloaded_kv_layers: int,
-                 weights_offloaded: bool) -> float:
+                 weights_offloaded: bool, replayed: bool = False) -> float:
     """One forward pass over a cache of kv_tokens, split over m.gpus devices: the larger of its
-    memory time and, on a GPU, the host's time to issue its kernels (issue_seconds)."""
+    memory time and, on a GPU, the host's time to issue its kernels (issue_seconds), or for a pass
+    replayed from a CUDA graph its kernels' floor (replay_seconds)."""
     ways = max(1, m.gpus)
     w, kv = layer_weight_bytes(cfg, dtype_bytes) / ways, kv_layer_bytes(cfg, dtype_bytes, kv_tokens) / ways
     total = outer_weight_bytes(cfg, dtype_bytes) / m.device_bandwidth  # replicated: each device reads it
@@ -113,7 +119,7 @@ def pass_seconds(cfg: ModelConfig, m: Machine, dtype_bytes: int, kv_tokens: int,
         streamed = (w if weights_offloaded else 0) + (kv if kv_off else 0)
         device_reads = w + kv  # streamed tensors are read again from their device slot
         total += max(device_reads / m.device_bandwidth, streamed / m.link_bandwidth)
-    return max(total, issue_seconds(cfg, m))
+    return max(total, replay_seconds(cfg, m) if replayed else issue_seconds(cfg, m))
 
 
 def issue_seconds(cfg: ModelConfig, m: Machine) -> float:
@@ -122,14 +128,20 @@ def issue_seconds(cfg: ModelConfig, m: Machine) -> float:
     return 0.0 if m.cpu_only else ISSUE_S_PER_PASS + cfg.num_layers * ISSUE_S_PER_LAYER
 
 
+def replay_seconds(cfg: ModelConfig, m: Machine) -> float:
+    """The least time of a pass replayed from a CUDA graph on a GPU (its kernels' floor); 0 on a CPU."""
+    return 0.0 if m.cpu_only else cfg.num_layers * REPLAY_S_PER_LAYER
+
+
 def predict(cfg: ModelConfig, m: Machine, dtype_bytes: int, context: int, on_chip: int, weights_offloaded: bool,
             budget: int, gamma1: int, gamma2: int, alpha1: float, alpha2: float, draft: ModelConfig | None
             ) -> tuple[float, float]:
     """(ar, triforce) seconds per token."""
     offloaded = cfg.num_layers - on_chip
     full = pass_seconds(cfg, m, dtype_bytes, context, offloaded, weights_offloaded)
-    middle = pass_seconds(cfg, m, dtype_bytes, budget, 0, weights_offloaded)
-    drafter = pass_seconds(draft, dataclasses.replace(m, gpus=1), dtype_bytes, 256, 0, False) if draft else 0.0
+    middle = pass_seconds(cfg, m, dtype_bytes, budget, 0, weights_offloaded, replayed=not weights_offloaded)
+    drafter = pass_seconds(draft, dataclasses.replace(m, gpus=1), dtype_bytes, 256, 0, False, replayed=True) \
+        if draft else 0.0
     rounds = gamma2 / expected_tokens(alpha1, gamma1)     # middle-level rounds to propose gamma2 tokens
     per_round = full + rounds * (gamma1 * drafter + middle)
     return full, per_round / expected_tokens(alpha2, gamma2)
@@ -150,9 +162,9 @@ def plan(cfg: ModelConfig, m: Machine, dtype: str, context: int, gamma1: int = 2
     kv_layer = kv_layer_bytes(cfg, b, context)
     notes = list(m.notes)
     if not m.cpu_only:
-        notes.append(f"passes are issued eagerly from Python: about {1000 * issue_seconds(cfg, m):.0f} ms per target "
-                     "pass on the host measured (an H200's, round 20) however little it reads; CUDA graphs would "
-                     "remove that and are not used yet")
+        notes.append(f"the target's passes are issued eagerly from Python: about {1000 * issue_seconds(cfg, m):.0f} ms "
+                     "per pass on the host measured (an H200's, round 20) however little it reads; the lower levels' "
+                     "replay from CUDA graphs (about 0.2 ms a layer, round 24) unless their weights stream")
     best = None
     budgets = [budget] if budget else [4096, 8192, 12288]
     for candidate in budgets:

@@ -38,9 +38,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if kernel is not None:
             return kernel.attend(q, k, v, q.shape[-1] ** -0.5)
         return _attend_sdpa_split(q, k, v)
-    if q.shape[2] > 1:
-        return _attend_sdpa_lower_right(q, k, v)
-    return _attend_sdpa(q, k, v)
+    return _attend_sdpa_lower_right(q, k, v)
 
 
 def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -82,10 +80,13 @@ def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: to
 
 
 def _attend_sdpa_lower_right(q, k, v):
-    # T > 1 on a GPU without flash-attn: the bottom-right causal mask as torch's CausalBias, which
+    # Every T on a GPU without flash-attn: the bottom-right causal mask as torch's CausalBias, which
     # SDPA runs in its flash kernel (bf16/fp16; split over the keys, no [T, S] mask) or its
     # memory-efficient one (fp32). A boolean mask sends SDPA to a kernel that splits the work over
-    # queries only: on an H200 a 2-token pass over 120K keys took 4x a 1-token one (BENCHMARKS "GPU").
+    # queries only: on an H200 a 2-token pass over 120K keys took 4x a 1-token one (BENCHMARKS "GPU",
+    # round 20; 1.0-1.1x this way, round 24). T = 1 too (all keys visible): plain SDPA's own choice
+    # cost an `ar` pass 87.5 ms in the decode loop at 32K, where its key length grows each step,
+    # against 30 ms at a fixed length (BENCHMARKS "GPU", round 24).
     from torch.nn.attention.bias import causal_lower_right
     B, H, T, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]

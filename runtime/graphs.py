@@ -36,6 +36,14 @@ MAX_TOKENS = 16   # longer passes (prefill chunks) run eagerly
 CAPTURE_AT = 2    # a (T, rows) is captured the second time it is asked for
 
 
+def replayable(model) -> bool:
+    """Whether a model's passes may be captured: its layers compute on resident weights. Streamed
+    weights (offload/weights.py) come with copies on other streams ordered by Python-side state
+    that a replay would not repeat."""
+    from triforce.runtime.model import DecoderLayer
+    return all(type(layer) is DecoderLayer for layer in model.model.layers)
+
+
 class StaticSlots:
     """The cache a captured pass runs against: one cache's slot buffers, with the pass's positions
     in tensors at fixed addresses (the module doc). begin/attend/end as runtime/cache.py's

@@ -164,3 +164,19 @@ def test_gamma_probe_prices_the_replayed_pass(tiny_pair):
     level.forward = GraphedForward(model, level.cache, capture=False)
     assert pass_seconds(level, 3) > 0
     assert list(level.forward.passes) == [(3, 3)] and level.cache.get_seq_length() == 50
+
+
+def test_models_that_stream_weights_are_not_replayed(tiny_pair):
+    """A layer whose weights stream from the host tier orders its copies by Python-side state, which
+    a replay would not repeat: the engine leaves such a level eager."""
+    from triforce.offload.tier import Copier, HostTier
+    from triforce.offload.weights import offload_weights
+    from triforce.runtime.graphs import replayable
+    model = load_model(tiny_pair[0], "fp32")
+    assert replayable(model)
+    tier = HostTier(torch.device("cpu"))
+    try:
+        offload_weights(model, tier, Copier(torch.device("cpu")), torch.device("cpu"))
+        assert not replayable(model)
+    finally:
+        tier.close()

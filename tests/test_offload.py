@@ -359,5 +359,8 @@ def test_a_gpu_pass_costs_the_larger_of_its_reads_and_its_issue_time():
     assert full == pytest.approx(issue_seconds(cfg, h200))
     offloaded = pass_seconds(cfg, h200, 2, 122_000, 32, False)           # 64 GB over 55 GB/s
     assert offloaded > 1.0 > issue_seconds(cfg, h200)
+    replayed = pass_seconds(cfg, h200, 2, 4096, 0, False, replayed=True)  # a lower level's graph: its kernels' floor
+    assert replayed == pytest.approx(32 * 0.2e-3) and replayed < middle
     cpu = Machine(0, 20 * GIB, 30 * GB, 15 * GB, 20 * GIB)
     assert issue_seconds(cfg, cpu) == 0 and pass_seconds(cfg, cpu, 2, 4096, 0, False) == pytest.approx(15.7e9 / 30e9, rel=0.05)
+    assert pass_seconds(cfg, cpu, 2, 4096, 0, False, replayed=True) == pass_seconds(cfg, cpu, 2, 4096, 0, False)
