@@ -23,6 +23,7 @@ from triforce.actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFail
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import DRAFTER_MODES, Engine
 from triforce.runtime.errors import UserError
+from triforce.runtime.graphs import lower_level_forward
 from triforce.runtime.model import TORCH_DTYPES
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
 from triforce.runtime.placement import Placement
@@ -85,7 +86,9 @@ class RayEngine(Engine):
             if spec.model == "drafter":
                 d = self.drafter
                 cache = make_cache(spec.cache, d.cfg, d.rope(spec.cache.positions), self.device, d.dtype)
-                return Level(spec.name, d, cache, run.sampling, spec.max_pass, role=spec.model)
+                built = Level(spec.name, d, cache, run.sampling, spec.max_pass, role=spec.model)
+                built.forward = lower_level_forward(d, cache, run.cuda_graphs)   # as the local engine's
+                return built
             remote[spec.name] = spec.cache.to_dict()
             cache = RemoteCache(self.group, spec.name, spec.cache.kind)
             return Level(spec.name, self.model, cache, run.sampling, spec.max_pass, role=spec.model)

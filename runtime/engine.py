@@ -19,7 +19,7 @@ from triforce.runtime.decode import decode, timed
 from triforce.runtime.drafter import default_drafter_dir
 from triforce.runtime.errors import UserError
 from triforce.runtime.gamma import GammaTuner, auto_caps, chain, load_costs, save_costs
-from triforce.runtime.graphs import GraphedForward, replayable
+from triforce.runtime.graphs import lower_level_forward
 from triforce.runtime.model import Transformer, fuse_projections, load_model
 from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
@@ -226,8 +226,8 @@ class Engine(Checkpoint):
             cache = self.full_cache(rope, capacity, on_chip) if spec.cache.kind == "full" else \
                 make_cache(spec.cache, model.cfg, rope, self.device, model.dtype)
             built = Level(spec.name, model, cache, run.sampling, spec.max_pass, role=spec.model)
-            if spec.cache.kind != "full" and run.cuda_graphs and self.device.type == "cuda" and replayable(model):
-                built.forward = GraphedForward(model, cache)   # a lower level's passes, bound by launches
+            if spec.cache.kind != "full":   # a lower level: on a GPU its passes are bound by launches
+                built.forward = lower_level_forward(model, cache, run.cuda_graphs)
             return built
 
         return [level(spec) for spec in specs], gammas

@@ -36,6 +36,15 @@ MAX_TOKENS = 16   # longer passes (prefill chunks) run eagerly
 CAPTURE_AT = 2    # a (T, rows) is captured the second time it is asked for
 
 
+def lower_level_forward(model, cache, enabled: bool):
+    """The forward a lower level (drafter, middle level) runs with: replayed from CUDA graphs where
+    `enabled` (RunConfig.cuda_graphs), the model is on CUDA and its weights are resident; else the
+    model itself. The local engine and the Ray coordinator (its drafter) both ask here."""
+    if enabled and model.device.type == "cuda" and replayable(model):
+        return GraphedForward(model, cache)
+    return model
+
+
 def replayable(model) -> bool:
     """Whether a model's passes may be captured: its layers compute on resident weights. Streamed
     weights (offload/weights.py) come with copies on other streams ordered by Python-side state

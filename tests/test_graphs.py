@@ -180,3 +180,13 @@ def test_models_that_stream_weights_are_not_replayed(tiny_pair):
         assert not replayable(model)
     finally:
         tier.close()
+
+
+def test_lower_level_forward_replays_only_resident_models_on_cuda(tiny_pair):
+    """The one place the engine and the Ray coordinator ask: on a CPU, or with cuda_graphs off, a
+    lower level runs its model as it is."""
+    from triforce.runtime.graphs import lower_level_forward
+    model = load_model(tiny_pair[0], "fp32")
+    cache = filled("streaming", model, random_ids(320, 40))
+    assert lower_level_forward(model, cache, True) is model
+    assert lower_level_forward(model, cache, False) is model
