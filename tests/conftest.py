@@ -63,3 +63,22 @@ def cut_drafter(default_model_dir, tmp_path_factory) -> Path:
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(default_model_dir / name, out / name)
     return out
+
+
+TINY_SHAPE = dict(architectures=["LlamaForCausalLM"], vocab_size=320, intermediate_size=96, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0)
+
+
+@pytest.fixture(scope="session")
+def tiny_random_pair(tmp_path_factory) -> list[str]:
+    """A 5-layer target and a 1-layer drafter with random weights, sharing a tokenizer (GQA: 4 query
+    heads, 2 KV heads): exactness claims only, never acceptance. Needs none of the real assets, so a
+    GPU machine runs the tests that use it."""
+    from triforce.runtime.bench.random_weights import random_checkpoint
+    root = tmp_path_factory.mktemp("shapes")
+    dirs = []
+    for name, layers, hidden in (("target", 5, 64), ("drafter", 1, 32)):
+        path = root / f"{name}.json"
+        path.write_text(json.dumps(dict(TINY_SHAPE, hidden_size=hidden, num_hidden_layers=layers)))
+        dirs.append(str(random_checkpoint(path)))
+    return dirs

@@ -4,33 +4,16 @@ They check the same claims as the CPU tests against the CPU path itself: the att
 agree, and every mode's greedy output equals `ar` on the device. The models are tiny and random
 (random weights make no claim about acceptance, only about exactness), so that a GPU machine with
 none of the real assets runs them."""
-import json
-
 import pytest
 import torch
 
 from triforce.runtime.attention import _attend_sdpa, attend
-from triforce.runtime.bench.random_weights import random_checkpoint, random_ids
+from triforce.runtime.bench.random_weights import random_ids
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-
-SHAPE = dict(architectures=["LlamaForCausalLM"], vocab_size=320, intermediate_size=96, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0)
-
-
-@pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory):
-    """A 5-layer target and a 1-layer drafter, random, sharing a tokenizer."""
-    root = tmp_path_factory.mktemp("shapes")
-    dirs = []
-    for name, layers, hidden in (("target", 5, 64), ("drafter", 1, 32)):
-        path = root / f"{name}.json"
-        path.write_text(json.dumps(dict(SHAPE, hidden_size=hidden, num_hidden_layers=layers)))
-        dirs.append(str(random_checkpoint(path)))
-    return dirs
 
 
 @pytest.mark.parametrize("T, S", [(1, 300), (7, 300), (64, 64), (33, 1000)])
@@ -43,8 +26,8 @@ def test_attention_backends_agree_on_cuda(T, S):
     torch.testing.assert_close(attend(q, k, v).float().cpu(), reference, rtol=2e-2, atol=2e-2)
 
 
-def every_mode_equals_ar(tiny_pair, device: str):
-    target, drafter = tiny_pair
+def every_mode_equals_ar(tiny_random_pair, device: str):
+    target, drafter = tiny_random_pair
     base = dict(model=target, draft_model=drafter, device=device, dtype="fp32", max_new_tokens=32,
                 retrieval_budget=128, chunk_size=8, retrieval_rebuild="every:16")   # exactness is an fp32 claim
     engine = Engine(RunConfig(mode="triforce", **base))
@@ -54,8 +37,8 @@ def every_mode_equals_ar(tiny_pair, device: str):
         assert engine.generate(ids, RunConfig(mode=mode, **base)).token_ids == expected, mode
 
 
-def every_mode_offloaded_equals_resident(tiny_pair, device: str):
-    target, drafter = tiny_pair
+def every_mode_offloaded_equals_resident(tiny_random_pair, device: str):
+    target, drafter = tiny_random_pair
     base = dict(model=target, draft_model=drafter, device=device, dtype="fp32")
     resident = Engine(RunConfig(mode="triforce", **base))
     streamed = Engine(RunConfig(mode="triforce", offload_weights=True, **base))
@@ -67,12 +50,12 @@ def every_mode_offloaded_equals_resident(tiny_pair, device: str):
         assert streamed.generate(ids, RunConfig(mode=mode, on_chip_layers=0, **base)).token_ids == expected, mode
 
 
-def test_every_mode_equals_ar_on_cuda(tiny_pair):
-    every_mode_equals_ar(tiny_pair, "cuda")
+def test_every_mode_equals_ar_on_cuda(tiny_random_pair):
+    every_mode_equals_ar(tiny_random_pair, "cuda")
 
 
-def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(tiny_pair):
-    every_mode_offloaded_equals_resident(tiny_pair, "cuda")
+def test_every_mode_with_kv_and_weights_offloaded_equals_resident_on_cuda(tiny_random_pair):
+    every_mode_offloaded_equals_resident(tiny_random_pair, "cuda")
 
 
 def test_copy_lanes_order_by_events_on_cuda():
@@ -97,14 +80,14 @@ def test_copy_lanes_order_by_events_on_cuda():
     tier.close()
 
 
-def test_lower_levels_replay_cuda_graphs(tiny_pair):
+def test_lower_levels_replay_cuda_graphs(tiny_random_pair):
     """A captured pass computes what the same static pass computes eagerly, logits and K/V, pass
     after pass (runtime/graphs.py); and a `triforce` request on CUDA replays its lower
     levels' passes from graphs while emitting `ar`'s tokens."""
     from triforce.runtime import graphs
     from triforce.runtime.cache_full import FullCache
     from triforce.runtime.model import load_model
-    model = load_model(tiny_pair[0], "bf16", device="cuda")
+    model = load_model(tiny_random_pair[0], "bf16", device="cuda")
     ids = random_ids(320, 400)
     caches = []
     for _ in range(2):
@@ -122,7 +105,7 @@ def test_lower_levels_replay_cuda_graphs(tiny_pair):
     torch.testing.assert_close(caches[0].k[:, :, :, :at], caches[1].k[:, :, :, :at], rtol=1e-2, atol=1e-2)
     torch.testing.assert_close(caches[0].v[:, :, :, :at], caches[1].v[:, :, :, :at], rtol=1e-2, atol=1e-2)
 
-    target, drafter = tiny_pair
+    target, drafter = tiny_random_pair
     base = dict(model=target, draft_model=drafter, device="cuda", dtype="fp32", max_new_tokens=32,
                 retrieval_budget=128, chunk_size=8, gamma1=2, gamma2=4)   # exactness is an fp32 claim
     engine = Engine(RunConfig(mode="triforce", **base))

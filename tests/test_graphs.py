@@ -4,13 +4,12 @@ tests check that it computes what the eager pass computes, on every cache that h
 every mode stays exactly `ar` with its lower levels on it. The capture itself is tested in
 tests/test_gpu.py. Tiny random models: a claim about exactness, not acceptance."""
 import copy
-import json
 
 import pytest
 import torch
 
 from triforce.runtime import graphs
-from triforce.runtime.bench.random_weights import random_checkpoint, random_ids
+from triforce.runtime.bench.random_weights import random_ids
 from triforce.runtime.cache_full import FullCache
 from triforce.runtime.cache_retrieval import RetrievalCache
 from triforce.runtime.cache_streaming import StreamingCache
@@ -18,21 +17,6 @@ from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
 from triforce.runtime.graphs import GraphedForward
 from triforce.runtime.model import load_model
-
-SHAPE = dict(architectures=["LlamaForCausalLM"], vocab_size=320, intermediate_size=96, num_attention_heads=4,
-             num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0)
-
-
-@pytest.fixture(scope="module")
-def tiny_pair(tmp_path_factory):
-    """A 3-layer target and a 1-layer drafter, random, sharing a tokenizer."""
-    root = tmp_path_factory.mktemp("shapes")
-    dirs = []
-    for name, layers, hidden in (("target", 3, 64), ("drafter", 1, 32)):
-        path = root / f"{name}.json"
-        path.write_text(json.dumps(dict(SHAPE, hidden_size=hidden, num_hidden_layers=layers)))
-        dirs.append(str(random_checkpoint(path)))
-    return dirs
 
 
 def filled(kind: str, model, ids: list[int]):
@@ -54,11 +38,11 @@ def filled(kind: str, model, ids: list[int]):
 
 @pytest.mark.parametrize("kind", ["full", "retrieval", "streaming"])
 @pytest.mark.parametrize("T, rows", [(1, 1), (4, 4), (5, 1)])
-def test_static_pass_computes_the_eager_pass(tiny_pair, kind, T, rows, monkeypatch):
+def test_static_pass_computes_the_eager_pass(tiny_random_pair, kind, T, rows, monkeypatch):
     """Three passes in a row through the static path (the third replays the first pass's inputs, rolled
     back and fed anew): the logits and every K/V slot and length equal the eager passes'."""
     monkeypatch.setattr(graphs, "CAPTURE_AT", 1)
-    model = load_model(tiny_pair[0], "fp32")
+    model = load_model(tiny_random_pair[0], "fp32")
     ids = random_ids(320, 200)
     eager = filled(kind, model, ids[:150])
     static = copy.deepcopy(eager)
@@ -82,8 +66,8 @@ def test_static_pass_computes_the_eager_pass(tiny_pair, kind, T, rows, monkeypat
     assert list(forward.passes) == [(T, rows)]
 
 
-def test_shapes_asked_once_and_long_passes_run_eagerly(tiny_pair):
-    model = load_model(tiny_pair[0], "fp32")
+def test_shapes_asked_once_and_long_passes_run_eagerly(tiny_random_pair):
+    model = load_model(tiny_random_pair[0], "fp32")
     cache = filled("full", model, random_ids(320, 40))
     forward = GraphedForward(model, cache, capture=False)
     forward(torch.tensor([random_ids(320, 3)]), cache, last_only=1)              # asked once: eager
@@ -100,10 +84,10 @@ def test_shapes_asked_once_and_long_passes_run_eagerly(tiny_pair):
 
 
 @pytest.mark.parametrize("gammas", [(2, 6), (1, 3)])
-def test_every_mode_equals_ar_with_static_lower_levels(tiny_pair, gammas, monkeypatch):
+def test_every_mode_equals_ar_with_static_lower_levels(tiny_random_pair, gammas, monkeypatch):
     """The engine's lower levels on the static path (as on a GPU, without the capture): every mode
     emits `ar`'s greedy tokens, and the static passes did run."""
-    target, drafter = tiny_pair
+    target, drafter = tiny_random_pair
     made = []
     build_stack = Engine.build_stack
 
@@ -137,13 +121,13 @@ def test_no_cuda_graphs_flag():
     assert run_config_from_args(parser.parse_args([])).cuda_graphs is True
 
 
-def test_bench_times_the_static_pass(tiny_pair):
+def test_bench_times_the_static_pass(tiny_random_pair):
     """The passes suite's --cuda-graph column times GraphedForward's pass (here run eagerly) and
     leaves the cache as it found it."""
     from triforce.runtime.bench.passes import time_graph_pass
     from triforce.runtime.sampling import SamplingParams
     from triforce.runtime.speculate import Level
-    model = load_model(tiny_pair[0], "fp32")
+    model = load_model(tiny_random_pair[0], "fp32")
     ids = random_ids(320, 60)
     level = Level("target", model, filled("full", model, ids[:50]), SamplingParams(), 64)
     seconds = time_graph_pass(level, ids[50:54], repeats=3, capture=False)
@@ -151,13 +135,13 @@ def test_bench_times_the_static_pass(tiny_pair):
     assert level.cache.get_seq_length() == 50
 
 
-def test_gamma_probe_prices_the_replayed_pass(tiny_pair):
+def test_gamma_probe_prices_the_replayed_pass(tiny_random_pair):
     """--gamma auto's probe times a level's forward as the run calls it: a replaying forward is
     asked often enough to be captured before the timed pass, and the cache is rolled back."""
     from triforce.runtime.gamma import pass_seconds
     from triforce.runtime.sampling import SamplingParams
     from triforce.runtime.speculate import Level
-    model = load_model(tiny_pair[0], "fp32")
+    model = load_model(tiny_random_pair[0], "fp32")
     ids = random_ids(320, 50)
     level = Level("retrieval", model, filled("retrieval", model, ids), SamplingParams(), 64)
     level.cached = ids
@@ -166,13 +150,13 @@ def test_gamma_probe_prices_the_replayed_pass(tiny_pair):
     assert list(level.forward.passes) == [(3, 3)] and level.cache.get_seq_length() == 50
 
 
-def test_models_that_stream_weights_are_not_replayed(tiny_pair):
+def test_models_that_stream_weights_are_not_replayed(tiny_random_pair):
     """A layer whose weights stream from the host tier orders its copies by Python-side state, which
     a replay would not repeat: the engine leaves such a level eager."""
     from triforce.offload.tier import Copier, HostTier
     from triforce.offload.weights import offload_weights
     from triforce.runtime.graphs import replayable
-    model = load_model(tiny_pair[0], "fp32")
+    model = load_model(tiny_random_pair[0], "fp32")
     assert replayable(model)
     tier = HostTier(torch.device("cpu"))
     try:
@@ -182,11 +166,11 @@ def test_models_that_stream_weights_are_not_replayed(tiny_pair):
         tier.close()
 
 
-def test_lower_level_forward_replays_only_resident_models_on_cuda(tiny_pair):
+def test_lower_level_forward_replays_only_resident_models_on_cuda(tiny_random_pair):
     """The one place the engine and the Ray coordinator ask: on a CPU, or with cuda_graphs off, a
     lower level runs its model as it is."""
     from triforce.runtime.graphs import lower_level_forward
-    model = load_model(tiny_pair[0], "fp32")
+    model = load_model(tiny_random_pair[0], "fp32")
     cache = filled("streaming", model, random_ids(320, 40))
     assert lower_level_forward(model, cache, True) is model
     assert lower_level_forward(model, cache, False) is model
