@@ -38,6 +38,7 @@ def test_passes_suite_rows_follow_the_roofline_accounting(tiny_pair, tmp_path): 
         roof = max(r["bytes"] / report["read_bandwidth_gbs"] / 1e6, r["flops"] / report["matmul_peak_gflops"] / 1e6)
         assert r["roofline_ms"] == pytest.approx(roof, rel=1e-2, abs=2e-3)
         assert r["x_roofline"] == pytest.approx(r["ms"] / r["roofline_ms"], rel=0.05)
+        assert len(r["ms_all"]) == 1 and r["ms_all"][0] == pytest.approx(r["ms"], abs=1e-3)   # every repeat kept
     assert (out / "passes_ms.png").read_bytes()[:4] == b"\x89PNG"
 
 

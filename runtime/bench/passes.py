@@ -131,7 +131,8 @@ def suite_passes(args: argparse.Namespace) -> dict:
             kv_tokens = level.cache.length  # the slots a pass attends to
             for T in args.pass_tokens:
                 tokens = ids[S - T + 1:S + 1] if S >= T else ids[:T]
-                ms = 1000 * statistics.median(time_pass(level, tokens, args.repeats))
+                seconds = time_pass(level, tokens, args.repeats)
+                ms = 1000 * statistics.median(seconds)
                 nbytes, flops = pass_cost(level.model, kv_tokens, T)
                 roof = 1000 * max(nbytes / (bandwidth * 1e9), flops / (peak * 1e9))
                 ar_like.setdefault(name, ms)
@@ -139,7 +140,8 @@ def suite_passes(args: argparse.Namespace) -> dict:
                            bytes=nbytes, flops=flops, gb_per_s=round(nbytes / ms / 1e6, 2),
                            gflop_per_s=round(flops / ms / 1e6, 1), roofline_ms=round(roof, 3),
                            memory_floor_ms=round(1000 * nbytes / (bandwidth * 1e9), 3),
-                           x_roofline=round(ms / roof, 2), x_t1=round(ms / ar_like[name], 2))
+                           x_roofline=round(ms / roof, 2), x_t1=round(ms / ar_like[name], 2),
+                           ms_all=[round(1000 * t, 3) for t in seconds])   # every repeat: a noisy host's spread
                 if graphs:
                     replayed = time_graph_pass(level, tokens, args.repeats)
                     row["graph_ms"] = replayed if isinstance(replayed, str) else \
