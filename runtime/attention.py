@@ -1,6 +1,8 @@
 """One attention signature, three backends: flash-attn's KV-cache kernel on CUDA when it is
 installed; on CPU the native kernel (runtime/csrc/attention_cpu.cpp), or where it did not build
-mask-free SDPA (prefix + causal square merged by log-sum-exp); SDPA with a mask elsewhere.
+mask-free SDPA (prefix + causal square merged by log-sum-exp); elsewhere (CUDA without flash-attn)
+SDPA with torch's bottom-right CausalBias, which it runs in its own flash kernel, no mask built.
+attend_masked takes any visibility (a pass replayed from a CUDA graph: runtime/graphs.py), and
 attend_reference is the pure-torch twin the native kernel is tested against.
 
 Causality is bottom-right aligned: the T new queries are the last T of the S visible positions,
