@@ -140,7 +140,8 @@ class GraphedForward:
 
     def __call__(self, tokens: torch.Tensor, cache, last_only=False) -> torch.Tensor:
         T = tokens.shape[1]                                           # tokens [B, T]
-        if cache is not self.cache or self.failed or T > MAX_TOKENS or isinstance(last_only, torch.Tensor):
+        if (cache is not self.cache or self.failed or T > MAX_TOKENS or isinstance(last_only, torch.Tensor)
+                or getattr(cache, "slots", lambda: None)() is None):   # e.g. an offloaded cache: layers in the host tier
             return self.model(tokens, cache, last_only=last_only)
         rows = T if not last_only or int(last_only) >= T else int(last_only)
         key = (T, rows)

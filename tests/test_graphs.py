@@ -174,3 +174,16 @@ def test_lower_level_forward_replays_only_resident_models_on_cuda(tiny_random_pa
     cache = filled("streaming", model, random_ids(320, 40))
     assert lower_level_forward(model, cache, True) is model
     assert lower_level_forward(model, cache, False) is model
+
+
+def test_a_cache_without_slots_runs_eagerly(tiny_random_pair, monkeypatch):
+    """A cache whose layers are not simply its buffers (the offloaded one: slots() is None) never
+    takes the static pass, however often a shape is asked for."""
+    monkeypatch.setattr(graphs, "CAPTURE_AT", 1)
+    model = load_model(tiny_random_pair[0], "fp32")
+    cache = filled("full", model, random_ids(320, 40))
+    monkeypatch.setattr(cache, "slots", lambda: None)
+    forward = GraphedForward(model, cache, capture=False)
+    for _ in range(3):
+        forward(torch.tensor([random_ids(320, 2)]), cache, last_only=2)
+    assert forward.passes == {} and cache.get_seq_length() == 46
