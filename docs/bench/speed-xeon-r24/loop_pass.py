@@ -1,16 +1,14 @@
-import argparse, sys, time
+"""The target's T-token pass at S in a loop for SECONDS (a profiler attaches to it):
+    python loop_pass.py S T SECONDS [bf16|fp32]"""
+import sys
+import time
+
 import torch
-from triforce.runtime.bench.passes import built_levels
-from triforce.runtime.bench.suites import prompt_ids
-from triforce.runtime.config import RunConfig
-from triforce.runtime.engine import Engine
+
+from harness import target_level
+
 S, T, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
-torch.set_num_threads(2)
-run = RunConfig(mode="triforce", dtype=dtype, rope_scaling="yarn:4", retrieval_budget=1024, middle_weights="int4")
-engine = Engine(run)
-ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), S + 20)
-target = built_levels(engine, run, ids, S)["target"]
+target, ids = target_level(S, sys.argv[4] if len(sys.argv) > 4 else "bf16")
 n = target.cache.get_seq_length()
 x = torch.tensor([ids[S - T + 1:S + 1]])
 times = []

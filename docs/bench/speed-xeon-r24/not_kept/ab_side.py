@@ -1,22 +1,15 @@
 """In-process A/B of the side prefetch: the target's bf16 T-token pass at S, configurations
 interleaved pass by pass (robust to a host whose speed drifts)."""
-import argparse, statistics, sys, time
+import os, statistics, sys, time
 import torch
 from triforce.runtime import native
-from triforce.runtime.bench.passes import built_levels
-from triforce.runtime.bench.suites import prompt_ids
-from triforce.runtime.config import RunConfig
-from triforce.runtime.engine import Engine
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import target_level  # noqa: E402
 
 S = int(sys.argv[1]); Ts = [int(t) for t in sys.argv[2].split(",")]; reps = int(sys.argv[3])
 CFGS = {"off": (0, 12, 1 << 30, 2), "T2": (1, 12, 1 << 30, 2), "T1": (1, 12, 1 << 30, 1), "T1_1MB": (1, 12, 1024, 1),
         "T2_2MB": (1, 12, 2048, 2)}
-torch.set_num_threads(2)
-run = RunConfig(mode="triforce", dtype="bf16", rope_scaling="yarn:4", retrieval_budget=1024, middle_weights="int4")
-engine = Engine(run)
-ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), S + 20)
-levels = built_levels(engine, run, ids, S)
-target = levels["target"]
+target, ids = target_level(S)
 att = native.attention_cpu()
 times = {(c, T): [] for c in CFGS for T in Ts}
 n = target.cache.get_seq_length()

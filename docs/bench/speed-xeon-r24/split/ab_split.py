@@ -1,20 +1,14 @@
 """In-process A/B: packed AMX linears split by runs of 4 blocks (as shipped) or evenly by block;
 the target's bf16 T-token pass at S, the two interleaved pass by pass."""
-import argparse, statistics, sys, time
+import os, statistics, sys, time
 import torch
 from triforce.runtime import native
-from triforce.runtime.bench.passes import built_levels
-from triforce.runtime.bench.suites import prompt_ids
-from triforce.runtime.config import RunConfig
-from triforce.runtime.engine import Engine
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import target_level  # noqa: E402
 
 S = int(sys.argv[1]); Ts = [int(t) for t in sys.argv[2].split(",")]; reps = int(sys.argv[3])
 dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
-torch.set_num_threads(2)
-run = RunConfig(mode="triforce", dtype=dtype, rope_scaling="yarn:4", retrieval_budget=1024, middle_weights="int4")
-engine = Engine(run)
-ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), S + 20)
-target = built_levels(engine, run, ids, S)["target"]
+target, ids = target_level(S, dtype)
 layer = native.layer_cpu()
 n = target.cache.get_seq_length()
 times = {(c, T): [] for c in (0, 1) for T in Ts}
