@@ -149,7 +149,15 @@ class GraphedForward:
         if key not in self.passes and self.asked[key] < CAPTURE_AT:
             return self.model(tokens, cache, last_only=rows)
         cos, sin = cache.begin(T)                                     # evictions, capacity: the cache's own
-        k, v, start, last_query = cache.slots()
+        logits = self._static_pass(key, tokens, cos, sin, cache.slots())
+        cache.end()
+        return logits.clone()                                         # [B, rows, V]: the next replay overwrites it
+
+    def _static_pass(self, key: tuple[int, int], tokens: torch.Tensor, cos, sin, slots) -> torch.Tensor:
+        """The pass of shape `key` over the slots the cache just began: its inputs loaded, captured
+        the first time (where capture is on), replayed after."""
+        k, v, start, last_query = slots
+        T, rows = key
         if k is not self.buffers:                                     # a cache that reallocated: start over
             self.passes, self.buffers = {}, k
         step = self.passes.get(key)
@@ -165,9 +173,8 @@ class GraphedForward:
                 self.failed = f"CUDA graph capture failed ({str(e).splitlines()[0][:160]}); passes run eagerly"
                 print(f"[triforce] {self.failed}", file=sys.stderr)
                 self.passes = {}
-        logits = step.run() if not self.failed else step.forward()
-        cache.end()
-        return logits.clone()                                         # [B, rows, V]: the next replay overwrites it
+                return step.forward()
+        return step.run()
 
     @property
     def captured(self) -> int:

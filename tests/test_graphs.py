@@ -187,3 +187,21 @@ def test_a_cache_without_slots_runs_eagerly(tiny_random_pair, monkeypatch):
     for _ in range(3):
         forward(torch.tensor([random_ids(320, 2)]), cache, last_only=2)
     assert forward.passes == {} and cache.get_seq_length() == 46
+
+
+def test_a_failed_capture_leaves_the_level_eager(tiny_random_pair, monkeypatch, capsys):
+    """An op a graph refuses: one line on stderr, that pass computed eagerly on its static inputs,
+    and every later pass the model's own."""
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(graphs.CapturedPass, "capture",
+                        lambda self, pool: (_ for _ in ()).throw(RuntimeError("operation not permitted when capturing")))
+    model = load_model(tiny_random_pair[0], "fp32")
+    ids = random_ids(320, 60)
+    eager = filled("full", model, ids[:50])
+    graphed = copy.deepcopy(eager)
+    forward = GraphedForward(model, graphed, capture=True)
+    for i in range(3):
+        x = torch.tensor([ids[50 + 2 * i:52 + 2 * i]])
+        torch.testing.assert_close(forward(x, graphed, last_only=2), model(x, eager, last_only=2), rtol=1e-5, atol=1e-5)
+    assert "CUDA graph capture failed (operation not permitted when capturing)" in capsys.readouterr().err
+    assert forward.failed and forward.passes == {} and graphed.get_seq_length() == eager.get_seq_length() == 56
