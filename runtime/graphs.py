@@ -182,4 +182,6 @@ class GraphedForward:
         return sum(p.graph is not None for p in self.passes.values())
 
     def __getattr__(self, name):   # device, dtype, cfg, counts_rows ...: the model's
+        if name.startswith("__") or "model" not in self.__dict__:   # copy/pickle probes, a half-built object
+            raise AttributeError(name)
         return getattr(self.model, name)
