@@ -35,7 +35,6 @@ from pathlib import Path
 import torch
 
 from triforce.runtime.decode import timed
-from triforce.runtime.graphs import CAPTURE_AT
 
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
@@ -176,11 +175,9 @@ def pass_seconds(level, T: int) -> float:
     """Seconds of one T-token pass of `level` on its cache, rolled back after."""
     x = torch.zeros(1, T, dtype=torch.long, device=level.model.device)  # [1, T]; values do not change the cost
     n = len(level.cached)                           # as Level.feed counts (a shard's cache answers no queries)
-    forward = getattr(level, "forward", level.model)   # a level's replayed passes (runtime/graphs.py) priced as run
-    if forward is not level.model:                      # ... once captured: a graph is made on its first asks
-        for _ in range(CAPTURE_AT):
-            forward(x, level.cache)
-            level.cache.crop(n)
+    forward = getattr(level, "forward", level.model)   # a level's replayed passes (runtime/graphs.py) priced as run,
+    if hasattr(forward, "prime"):                       # ... once captured
+        forward.prime(x, level.cache)
     _, seconds = timed(forward, x, level.cache, device=level.model.device)       # [1, T, V]; a GPU drained
     level.cache.crop(n)
     return seconds

@@ -137,21 +137,36 @@ class GraphedForward:
         self.asked: Counter = Counter()
         self.buffers = None      # the cache's K buffer the passes were made for
         self.failed = None       # why capture failed (then every pass runs eagerly)
+        # a cache whose layers are not simply its buffers (the offloaded one: slots() is None) never replays
+        self.has_slots = getattr(cache, "slots", lambda: None)() is not None
+
+    def _key(self, tokens: torch.Tensor, cache, last_only) -> tuple[int, int] | None:
+        """(T, rows) of a pass this forward replays once captured, or None for one that stays the model's."""
+        T = tokens.shape[1]                                           # tokens [B, T]
+        if (cache is not self.cache or not self.has_slots or self.failed or T > MAX_TOKENS
+                or isinstance(last_only, torch.Tensor)):
+            return None
+        return T, (T if not last_only or int(last_only) >= T else int(last_only))
 
     def __call__(self, tokens: torch.Tensor, cache, last_only=False) -> torch.Tensor:
-        T = tokens.shape[1]                                           # tokens [B, T]
-        if (cache is not self.cache or self.failed or T > MAX_TOKENS or isinstance(last_only, torch.Tensor)
-                or getattr(cache, "slots", lambda: None)() is None):   # e.g. an offloaded cache: layers in the host tier
+        key = self._key(tokens, cache, last_only)
+        if key is None:
             return self.model(tokens, cache, last_only=last_only)
-        rows = T if not last_only or int(last_only) >= T else int(last_only)
-        key = (T, rows)
         self.asked[key] += 1
         if key not in self.passes and self.asked[key] < CAPTURE_AT:
-            return self.model(tokens, cache, last_only=rows)
-        cos, sin = cache.begin(T)                                     # evictions, capacity: the cache's own
+            return self.model(tokens, cache, last_only=key[1])
+        cos, sin = cache.begin(key[0])                                # evictions, capacity: the cache's own
         logits = self._static_pass(key, tokens, cos, sin, cache.slots())
         cache.end()
         return logits.clone()                                         # [B, rows, V]: the next replay overwrites it
+
+    def prime(self, tokens: torch.Tensor, cache, last_only=False) -> None:
+        """Runs this pass, each time rolled back, until it replays (a shape is captured on its
+        CAPTURE_AT-th ask), so that the next one can be timed as the run will see it."""
+        key, n = self._key(tokens, cache, last_only), cache.get_seq_length()
+        while key is not None and key not in self.passes and not self.failed:
+            self(tokens, cache, last_only)
+            cache.crop(n)
 
     def _static_pass(self, key: tuple[int, int], tokens: torch.Tensor, cos, sin, slots) -> torch.Tensor:
         """The pass of shape `key` over the slots the cache just began: its inputs loaded, captured
