@@ -69,6 +69,23 @@ def test_token_major_kv(kernel, T, dtype):
         assert err < TOL[dtype], f"S={S} T={T} {dtype}: max error {err:.2e}"
 
 
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("T", [1, 6, 12])
+def test_slots_past_the_cache_are_never_read(kernel, D, T):
+    # The cache's capacity past S holds whatever was there (a cropped draft, nothing yet): NaN
+    # there must not reach the output. The AMX kernel reads V's rows in place in groups of 16
+    # keys, so a group that straddles S must read a zero-padded copy.
+    gen = torch.Generator().manual_seed(D + T)
+    for S in (T, 40 + T, 1000 + T):
+        q = torch.randn(1, 6, T, D, generator=gen).bfloat16()
+        k, v = (torch.full((1, 2, S + 64, D), float("nan")).bfloat16() for _ in range(2))
+        for x in (k, v):
+            x[:, :, :S] = torch.randn(1, 2, S, D, generator=gen).bfloat16()
+        out = kernel.attend(q, k[:, :, :S], v[:, :, :S], D ** -0.5)
+        err = (out.float() - reference(q, k[:, :, :S], v[:, :, :S])).abs().max().item()
+        assert err < TOL[torch.bfloat16], f"D={D} T={T} S={S}: max error {err:.2e}"
+
+
 @pytest.mark.parametrize("D", [32, 96, 128])
 def test_other_head_dims(kernel, D):
     for dtype in (torch.float32, torch.bfloat16):

@@ -24,7 +24,8 @@
 //           register tiles of 6 rows x 64 lanes
 //     dot   bf16 only, on Q . Kp[D/2, NB, 2] and P . Vp[NB/2, D, 2], P rounded to bf16 (as
 //           flash-attention does on GPUs): on AMX tiles where the CPU has them (tdpbf16ps, the
-//           packed blocks are its operands as they are: qk_amx, pv_amx), else on vdpbf16ps
+//           packed blocks are its operands as they are: qk_amx, pv_amx; decode and verify items
+//           read V in place instead, P's units split in even and odd dims: pv_amx_words), else on vdpbf16ps
 //           (avx512_bf16, 32 MACs per instruction) register tiles as fma's. Decode items of up
 //           to FUSED_ROWS rows interleave V's key pairs in registers inside the P.V product
 //           instead of storing a packed block (pv_bf16_fused); K is packed (transposed) once
@@ -439,19 +440,56 @@ TF_INLINE void scores_from_keys(const float* Ct, float* Sc, int64_t R) {
   for (int64_t j = 0; j < R; ++j) _mm512_storeu_si512(Sc + j * LDS, r[j]);
 }
 
-inline void pv_amx_held(const uint16_t* P, const uint32_t* Vp) {   // tmm0..3 += P . V over one block
-  constexpr int64_t D = 64;
-  _tile_loadd(4, P, NB * 2);        // keys 0-31
-  _tile_loadd(5, P + 32, NB * 2);   // keys 32-63
-  _tile_loadd(6, Vp, D * 4);      _tile_dpbf16ps(0, 4, 6);
-  _tile_loadd(7, Vp + 16, D * 4); _tile_dpbf16ps(1, 4, 7);
-  _tile_loadd(6, Vp + 32, D * 4); _tile_dpbf16ps(2, 4, 6);
-  _tile_loadd(7, Vp + 48, D * 4); _tile_dpbf16ps(3, 4, 7);
-  const uint32_t* V1 = Vp + 16 * D;
-  _tile_loadd(6, V1, D * 4);      _tile_dpbf16ps(0, 5, 6);
-  _tile_loadd(7, V1 + 16, D * 4); _tile_dpbf16ps(1, 5, 7);
-  _tile_loadd(6, V1 + 32, D * 4); _tile_dpbf16ps(2, 5, 6);
-  _tile_loadd(7, V1 + 48, D * 4); _tile_dpbf16ps(3, 5, 7);
+// P.V with V as it lies in the cache (no packed block). tdpbf16ps multiplies pairs: with V's rows
+// as the right operand, unit n of key k's row is (V[k][2n], V[k][2n+1]), so a left operand whose
+// unit k is (P[r][k], 0) gives the even dims and (0, P[r][k]) the odd ones (exp_row<DOT, WORDS>
+// writes both: Pw rows hold NB even units, then NB odd ones). Twice the tile products of a packed
+// V, and none of the packing. Output lanes: per 32 dims, 16 even then 16 odd (Lanes::evenodd).
+// Keys from nk on contribute nothing; the group holding key nk - 1 reads a zero-padded copy Vz
+// [16][D] (rows past the cache are not V and may not be finite). v: the block's first row.
+TF_INLINE const uint16_t* v_group(const uint16_t* v, int64_t ldv, int g, int nk, int64_t D, uint16_t* Vz, int64_t& ld) {
+  const uint16_t* vt = v + 16 * g * ldv;
+  ld = ldv;
+  if (16 * g + 16 > nk) {
+    std::memset(Vz, 0, 16 * D * 2);
+    for (int n = 16 * g; n < nk; ++n) std::memcpy(Vz + (n - 16 * g) * D, v + n * ldv, D * 2);
+    vt = Vz, ld = D;
+  }
+  return vt;
+}
+
+// O[16 rows][D] += P . V over one block (tmm0/1: the output's 16 even and 16 odd lanes of 32 dims,
+// tmm2/3: the even and odd units of P, tmm5: 16 keys x 32 dims of V)
+inline void pv_amx_words(const uint32_t* Pw, const uint16_t* v, int64_t ldv, int nk, int64_t D, float* O, uint16_t* Vz) {
+  for (int64_t j = 0; j < D; j += 32) {
+    _tile_loadd(0, O + j, D * 4);
+    _tile_loadd(1, O + j + 16, D * 4);
+    for (int g = 0; g < NB / 16 && 16 * g < nk; ++g) {
+      int64_t ld;
+      const uint16_t* vt = v_group(v, ldv, g, nk, D, Vz, ld);
+      _tile_loadd(2, Pw + 16 * g, 2 * NB * 4);
+      _tile_loadd(3, Pw + NB + 16 * g, 2 * NB * 4);
+      _tile_loadd(5, vt + j, ld * 2);
+      _tile_dpbf16ps(0, 2, 5); _tile_dpbf16ps(1, 3, 5);
+    }
+    _tile_stored(0, O + j, D * 4);
+    _tile_stored(1, O + j + 16, D * 4);
+  }
+}
+
+// Held items (D = 64): tmm0..3 += P . V over one block (tmm0/1 even/odd lanes of dims 0-31,
+// tmm2/3 of dims 32-63; tmm4/5 P's even/odd units, tmm6/7 V's two halves)
+inline void pv_amx_held_words(const uint32_t* Pw, const uint16_t* v, int64_t ldv, int nk, uint16_t* Vz) {
+  for (int g = 0; g < NB / 16 && 16 * g < nk; ++g) {
+    int64_t ld;
+    const uint16_t* vt = v_group(v, ldv, g, nk, 64, Vz, ld);
+    _tile_loadd(4, Pw + 16 * g, 2 * NB * 4);
+    _tile_loadd(5, Pw + NB + 16 * g, 2 * NB * 4);
+    _tile_loadd(6, vt, ld * 2);
+    _tile_loadd(7, vt + 32, ld * 2);
+    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 5, 6);
+    _tile_dpbf16ps(2, 4, 7); _tile_dpbf16ps(3, 5, 7);
+  }
 }
 
 #endif
@@ -651,10 +689,12 @@ TF_INLINE __m512 exp2_p_ps(__m512 x, __mmask16 keep) {
 
 // One block of a row: P = exp2(c*s - m) on the `vis` visible keys (0 elsewhere), summed into
 // lvec (fp32) and stored as bf16 (DOT, rounded as flash-attention does on GPUs) or fp32.
-template <bool DOT>
+// WORDS (AMX): the bf16 values as 32-bit units, NB with P in the low half, then NB with P in the
+// high half (pv_amx_words' left operands).
+template <bool DOT, bool WORDS = false>
 TF_INLINE void exp_row(const float* s, float c, float m, int vis, float* lvec, void* prow) {
   if (vis <= 0) {  // the whole block lies after this row's last visible key
-    std::memset(prow, 0, DOT ? NB * 2 : NB * 4);
+    std::memset(prow, 0, WORDS ? NB * 8 : DOT ? NB * 2 : NB * 4);
     return;
   }
   __mmask16 keep[4];
@@ -667,7 +707,14 @@ TF_INLINE void exp_row(const float* s, float c, float m, int vis, float* lvec, v
     sum = _mm512_add_ps(sum, x[j]);
   }
   _mm512_storeu_ps(lvec, sum);
-  if (DOT) {
+  if (WORDS) {
+    auto* p = static_cast<uint32_t*>(prow);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x[j]));
+      _mm512_storeu_si512(p + 16 * j, lo);
+      _mm512_storeu_si512(p + NB + 16 * j, _mm512_slli_epi32(lo, 16));
+    }
+  } else if (DOT) {
     auto* p = static_cast<uint32_t*>(prow);
     _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh(x[1], x[0]));
     _mm512_storeu_si512(p + 16, (__m512i)_mm512_cvtne2ps_pbh(x[3], x[2]));
@@ -694,14 +741,20 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   // AMX: the rows in as few tiles of equal height (<= 16) as hold them, the last padded with zero rows
   const int64_t tiles = (R + 15) / 16, tile_rows = (R + tiles - 1) / tiles, Rp = amx ? tiles * tile_rows : R;
   thread_local std::vector<float> buf;
-  float* Kp = scratch(buf, 2 * D * NB + Rp * LDS + Rp * NB + R * 16 + 2 * Rp * D);
-  float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + Rp * NB, *Qf = lvec + R * 16;
+  float* Kp = scratch(buf, 2 * D * NB + Rp * LDS + 2 * Rp * NB + R * 16 + 2 * Rp * D);
+  float *Vb = Kp + D * NB, *Sc = Vb + D * NB, *P = Sc + Rp * LDS, *lvec = P + 2 * Rp * NB, *Qf = lvec + R * 16;
   float* O = amx ? Qf + Rp * D : acc;   // the accumulator (AMX: padded rows, copied to acc at the end)
   // Held items pack no K: Kp's room (D * NB = 4,096 floats) holds Qt [HELD][2 halves][16 units][16
   // columns], the stored score tiles Ct (up to 4 x 16 x 16) and a zero-padded copy Kz of a partial group [16][D]
   uint32_t* Qt = reinterpret_cast<uint32_t*>(Kp);
   float* Ct = Kp + 1024;
   uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 2048);
+  // AMX decode/verify items read V in place (pv_amx_words: twice the tile products, no packing:
+  // 1.03-1.06x at T = 1..16); prefill items, whose V block serves up to 12 row tiles, pack it once
+  // (words there: prefill attention 1.27x slower). V's zero-padded partial group (v_group): after
+  // Kz in held items, else Vb's room.
+  const bool words = amx && sh.R <= ROWS_SPLIT;   // held items are decode items (attend)
+  [[maybe_unused]] uint16_t* Vz = reinterpret_cast<uint16_t*>(HELD ? Kp + 3072 : Vb);
   static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
   static_assert(HELD >= 0 && HELD <= 2, "HELD: 0, or the row tiles of a held item (1 or 2)");
   // fma: the prefetches spread over the products (Spread), 6-row tiles
@@ -719,7 +772,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   }
   if (amx) {   // padding rows: zero queries and probabilities, so their products stay finite
     std::memset(reinterpret_cast<uint16_t*>(Qf) + R * D, 0, (Rp - R) * D * 2);
-    std::memset(reinterpret_cast<uint16_t*>(P) + R * NB, 0, (Rp - R) * NB * 2);
+    std::memset(P + R * (words ? 2 * NB : NB / 2), 0, (Rp - R) * NB * (words ? 8 : 2));
   }
   std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
@@ -860,24 +913,35 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         const int npf = HELD ? 0 : (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S; HELD: pass 1 did)
         if constexpr (FUSED) {
           // V interleaved in registers by pv_bf16_fused
-        } else if (DOT)
+        } else if (DOT && !words) {
           pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
+        } else if (DOT) {   // AMX reads V in place; the rows PF_KEYS ahead (held items' pass 1 fetched theirs)
+          for (int n = 0; n < npf; ++n)
+            for (int64_t x = 0; x < D * 2; x += 64) prefetch_line(reinterpret_cast<const char*>(v + (n0 + PF_KEYS + n) * sh.vss) + x);
+        }
         else if constexpr (BF16_IN)
           pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, Vb);
         else if (!std::is_same<scalar_t, float>::value || nk < NB)
           pack_v_f32(v + n0 * sh.vss, sh.vss, nk, D, Vb);
         for (int64_t r = rlo; r < rhi; ++r) {
-          void* prow = DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
-          exp_row<DOT>(Sc + r * LDS + (n0 - cc0), sh.c, m[r], (int)std::max<int64_t>(visible(r, n0, nk), 0), lvec + r * 16, prow);
+          const float* srow = Sc + r * LDS + (n0 - cc0);
+          const int vis = (int)std::max<int64_t>(visible(r, n0, nk), 0);
+          if (DOT && words)
+            exp_row<DOT, true>(srow, sh.c, m[r], vis, lvec + r * 16, reinterpret_cast<uint32_t*>(P) + r * 2 * NB);
+          else
+            exp_row<DOT>(srow, sh.c, m[r], vis, lvec + r * 16, DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB));
         }
 #if TF_AMX
         if constexpr (HELD) {
-          pv_amx_held(reinterpret_cast<const uint16_t*>(P) + rlo * NB, reinterpret_cast<const uint32_t*>(Vb));
+          pv_amx_held_words(reinterpret_cast<const uint32_t*>(P) + rlo * 2 * NB, reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, Vz);
           continue;
         }
         if (amx) {
           for (int64_t r = 0; r < Rp; r += tile_rows)
-            pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
+            if (words)
+              pv_amx_words(reinterpret_cast<const uint32_t*>(P) + r * 2 * NB, reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, O + r * D, Vz);
+            else
+              pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
           continue;
         }
 #endif
@@ -994,12 +1058,12 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   // (HELD = 2: one pass over K for both: 1.15-1.18x against two one-tile items in round 15); more rows (R > 32, T > 10 for G = 3) are split in
   // row blocks of equal height <= 32, a chunk's blocks consecutive items, so the later ones read K
   // and V from L2.
-  const bool held = amx && sh.D == 64;
+  const bool held = amx && sh.D == 64 && !prefill;   // (a prefill's last rows: a plain AMX item)
   const bool split_rows = !prefill && held && sh.R > HELD_ROWS;
   const int64_t held_blocks = (sh.R + HELD_ROWS - 1) / HELD_ROWS;
   const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + held_blocks - 1) / held_blocks : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
-  const auto dim = lane_dims(!fast ? Lanes::identity : dot ? Lanes::vp
+  const auto dim = lane_dims(!fast ? Lanes::identity : amx && !prefill ? Lanes::evenodd : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
 
   auto out = torch::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
