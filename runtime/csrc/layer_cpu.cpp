@@ -31,6 +31,7 @@
 // has_avx512_bf16() is false and callers use torch instead.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -41,6 +42,7 @@
 #include <vector>
 #include <type_traits>
 
+#include "runs.h"   // Runs: work units with stealing
 #include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
 
 namespace {
@@ -191,11 +193,11 @@ inline void packed_tile(const uint16_t* x, int64_t ldx, const uint16_t* wb, int6
 // (tmm0..tmm3: 16 rows x 64 outputs), K/32 steps in order. Every row's sums take the same steps
 // whatever N and the thread count (row-invariant, as above). The x rows go in tiles of equal
 // height (<= 16), the last padded with zero rows (a copy of x, [tiles * rows, K]).
+// Blocks [begin, end) (tiles configured by the caller: amx_begin(rows)).
 void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, int64_t K, const float* bias,
                 at::BFloat16* y, int64_t O, int64_t begin, int64_t end) {
   const int64_t tiles = (N + 15) / 16, rows = (N + tiles - 1) / tiles, bstride = K * 16;
   alignas(64) thread_local float c[16 * 64];   // the result tiles' rows, one cache line each
-  amx_begin((int)rows);
   for (int64_t b = begin; b < end; b += 4) {
     const uint16_t* wb = wp + b * bstride;
     const int64_t nb = std::min<int64_t>(4, end - b);
@@ -209,7 +211,10 @@ void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, i
         if (nb > 2) { _tile_loadd(7, wb + 2 * bstride + k * 16, 64); _tile_dpbf16ps(2, 4, 7); }
         if (nb > 3) { _tile_loadd(5, wb + 3 * bstride + k * 16, 64); _tile_dpbf16ps(3, 4, 5); }
       }
-      _tile_stored(0, c, 256); _tile_stored(1, c + 16, 256); _tile_stored(2, c + 32, 256); _tile_stored(3, c + 48, 256);
+      _tile_stored(0, c, 256);   // the blocks there are (a unit of 2 stores 2: tile stores stall the stream)
+      if (nb > 1) _tile_stored(1, c + 16, 256);
+      if (nb > 2) _tile_stored(2, c + 32, 256);
+      if (nb > 3) _tile_stored(3, c + 48, 256);
       for (int64_t m = 0; m < nb; ++m) {
         const int64_t o = (b + m) * 16, live = std::min<int64_t>(16, O - o);
         const __mmask16 mask = (__mmask16)((1u << live) - 1);
@@ -221,7 +226,6 @@ void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, i
       }
     }
   }
-  amx_end();
 }
 #endif
 
@@ -344,12 +348,20 @@ void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, con
     }
     const auto* xa = xpad.defined() ? reinterpret_cast<const uint16_t*>(xpad.data_ptr<at::BFloat16>()) : xp;
     const int64_t lda = xpad.defined() ? K : ldx;
-    // An even share of blocks per thread, in runs of 4 from its first: runs of 4 handed out whole
-    // gave the first of two threads 5 of the 9 runs of o_proj and down_proj (576 outputs), and the
-    // other spun meanwhile (a verify pass of 8 tokens at 8K: 0.99x, 27 of 40 pairs faster, round 24).
-    at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-      packed_amx(xa, lda, N, wp, K, bp, yp, O, begin, end);
-    });
+    // Units of 2 blocks, each thread a contiguous run of them (one stream), then stealing from the
+    // back of the other's run (Runs): a thread that the shared host slows, or that gets less of the
+    // memory, no longer holds the other at the region's end. (Whole runs of 4 blocks gave one of two
+    // threads 5 of the 9 runs of o_proj and down_proj; an even static split, round 24, balanced
+    // the blocks but not the threads' speeds.)
+    const int64_t units = (B + 1) / 2;
+    const int threads = (int)std::min<int64_t>(units, at::get_num_threads());
+    Runs runs(units, threads);
+    _Pragma("omp parallel num_threads(threads)") {
+      const int me = omp_get_thread_num();
+      amx_begin((int)rows);
+      for (int64_t u; (u = runs.next(me)) >= 0;) packed_amx(xa, lda, N, wp, K, bp, yp, O, 2 * u, std::min(B, 2 * u + 2));
+      amx_end();
+    }
     return;
   }
 #endif

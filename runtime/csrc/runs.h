@@ -10,17 +10,20 @@
 #include <vector>
 
 struct Runs {
-  std::vector<std::atomic<uint64_t>> runs;   // per thread: (next, end) packed in one atomic word
+  // per thread: (next, end) packed in one atomic word, each on its own cache line (a thread takes
+  // its own units without moving the line that the other thread is taking from)
+  struct alignas(64) Run { std::atomic<uint64_t> word; };
+  std::vector<Run> runs;
   Runs(int64_t n, int threads) : runs(threads) {
     for (int i = 0; i < threads; ++i)
-      runs[i].store(pack(n * i / threads, n * (i + 1) / threads), std::memory_order_relaxed);
+      runs[i].word.store(pack(n * i / threads, n * (i + 1) / threads), std::memory_order_relaxed);
   }
   static uint64_t pack(int64_t lo, int64_t hi) { return (uint64_t)lo << 32 | (uint64_t)hi; }
   // The next unit for thread `me`, or -1 when every run is empty.
   int64_t next(int me) {
     const int n = (int)runs.size();
     for (int i = 0; i < n; ++i) {
-      auto& run = runs[(me + i) % n];
+      auto& run = runs[(me + i) % n].word;
       uint64_t cur = run.load(std::memory_order_relaxed);
       for (;;) {
         int64_t lo = (int64_t)(cur >> 32), hi = (int64_t)(cur & 0xFFFFFFFFu);
