@@ -336,8 +336,8 @@ def machine_fingerprint() -> str:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    from triforce.runtime.native import SOURCES
-    native = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES)).hexdigest()[:16]
+    from triforce.runtime.native import CSRC   # the sources and the headers they share (runs.h, simd.h)
+    native = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(CSRC.glob("*.[ch]*")))).hexdigest()[:16]
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no gpu"
     return f"{cpu}, {os.cpu_count()} cpus, {gpu}, torch {torch.__version__}, native {native}"
 

@@ -181,6 +181,19 @@ def test_stored_costs_come_back_for_the_same_shape_only(tmp_path, monkeypatch, c
     assert err.count("could not store pass costs") == 1 and str(blocked) in err and "TRIFORCE_CACHE" in err
 
 
+def test_stored_costs_are_keyed_by_every_native_source_headers_included(tmp_path, monkeypatch):
+    # a change to a shared header (runs.h: how the kernels split work) changes pass costs too
+    import shutil
+    from triforce.runtime import native
+    csrc = tmp_path / "csrc"
+    shutil.copytree(native.CSRC, csrc)
+    monkeypatch.setattr(native, "CSRC", csrc)
+    before = gamma.machine_fingerprint.__wrapped__()
+    assert gamma.machine_fingerprint.__wrapped__() == before
+    (csrc / "runs.h").write_text((csrc / "runs.h").read_text() + "\n// changed\n")
+    assert gamma.machine_fingerprint.__wrapped__() != before
+
+
 def test_pass_times_keep_the_last_window_of_passes():
     times = PassTimes()
     for T in range(PassTimes.WINDOW + 5):

@@ -32,8 +32,9 @@
 // Row-invariant: y[n, o] is computed by the same sequence of operations whatever N, the tiling
 // and the thread count (each row is quantized alone; its accumulator sums the groups in order),
 // so a T-token verify pass gives bitwise the rows of T 1-token passes.
-// Work: at::parallel_for over blocks of 16 output rows (each thread streams its own slab of the
-// packed weights once); inside a block the x rows go by in tiles of up to NR = 8, the block's
+// Work: units of 2 blocks of 16 output rows, each thread a contiguous run of them (it streams its
+// own slab of the packed weights once), then stealing from the back of the other's run (Runs, as
+// the attention's items and the AMX linears); inside a block the x rows go by in tiles of up to NR = 8, the block's
 // packed groups (<= 24 KB for K <= 1536 int8) stay in L1/L2 across tiles.
 //
 // Cost: bytes = packed weights (O*K int8 or 0.625*O*K int4) + small x/y; int MACs = N*O*K.
@@ -42,6 +43,7 @@
 // torch's layouts and kernels.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -49,6 +51,7 @@
 #include <cstring>
 #include <vector>
 
+#include "runs.h"   // Runs: work units with stealing
 #include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and cpu_is_amd
 // The kernels also need avx512_vnni (vpdpbusd).
 #if TF_AVX512 && defined(__AVX512VNNI__)
@@ -210,7 +213,7 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
   const int64_t blocks = (O + BLOCK - 1) / BLOCK;
   const int64_t block_bytes = q.G * (kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES);
   const QuantRows& qr = q;
-  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+  auto run_blocks = [&](int64_t begin, int64_t end) {
     __m512 acc[NR];
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t o0 = blk * BLOCK, rows = std::min<int64_t>(BLOCK, O - o0);
@@ -225,7 +228,14 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
           store16(yp + (n0 + n) * O + o0, kInt4 ? _mm512_add_ps(acc[n], b) : _mm512_fmadd_ps(acc[n], scale, b), mask);
       }
     }
-  });
+  };
+  const int64_t units = (blocks + 1) / 2;
+  const int threads = (int)std::min<int64_t>(units, at::get_num_threads());
+  Runs runs(units, threads);
+  _Pragma("omp parallel num_threads(threads)") {
+    const int me = omp_get_thread_num();
+    for (int64_t u; (u = runs.next(me)) >= 0;) run_blocks(2 * u, std::min(blocks, 2 * u + 2));
+  }
 }
 #endif
 
