@@ -290,22 +290,26 @@ void packed_rows(const X* x, int64_t ldx, int64_t N, const X* wb, int64_t K, con
 }
 
 // y [N, O] from the packed blocks (X: the element type of x and the weights, bf16 as uint16_t):
-// each thread takes a contiguous run of blocks, PB at a time, so it streams its slab once.
+// each thread owns an even run of blocks and takes them PB at a time from its front, so it
+// streams its slab once; then it takes single blocks from the back of the other's run (Runs).
 template <typename X, typename Y>
 void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, const float* bp, Y* yp, int64_t O) {
   constexpr int PB = 4;  // blocks per tile (64 outputs)
   const int64_t B = (O + 15) / 16;
-  at::parallel_for(0, B, 4, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; b += PB) {
+  const int threads = (int)std::min<int64_t>(B, at::get_num_threads());
+  Runs runs(B, threads);
+  _Pragma("omp parallel num_threads(threads)") {
+    const int me = omp_get_thread_num();
+    for (int64_t b, end; runs.take(me, PB, b, end);) {
       const X* wb = wp + b * K * 16;
-      switch (std::min<int64_t>(PB, end - b)) {
+      switch (end - b) {
         case 4: packed_rows<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
         case 3: packed_rows<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
         case 2: packed_rows<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
         default: packed_rows<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
       }
     }
-  });
+  }
 }
 #endif
 

@@ -5,6 +5,7 @@
 // difference of two static halves.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -19,8 +20,9 @@ struct Runs {
       runs[i].word.store(pack(n * i / threads, n * (i + 1) / threads), std::memory_order_relaxed);
   }
   static uint64_t pack(int64_t lo, int64_t hi) { return (uint64_t)lo << 32 | (uint64_t)hi; }
-  // The next unit for thread `me`, or -1 when every run is empty.
-  int64_t next(int me) {
+  // Units [lo, hi) for thread `me`: up to `most` from the front of its own run, else one from the
+  // back of another's; false when every run is empty.
+  bool take(int me, int64_t most, int64_t& first, int64_t& last) {
     const int n = (int)runs.size();
     for (int i = 0; i < n; ++i) {
       auto& run = runs[(me + i) % n].word;
@@ -28,10 +30,19 @@ struct Runs {
       for (;;) {
         int64_t lo = (int64_t)(cur >> 32), hi = (int64_t)(cur & 0xFFFFFFFFu);
         if (lo >= hi) break;
-        uint64_t want = i == 0 ? pack(lo + 1, hi) : pack(lo, hi - 1);  // own: front; others: back
-        if (run.compare_exchange_weak(cur, want, std::memory_order_relaxed)) return i == 0 ? lo : hi - 1;
+        const int64_t k = i == 0 ? std::min(most, hi - lo) : 1;
+        uint64_t want = i == 0 ? pack(lo + k, hi) : pack(lo, hi - 1);  // own: front; others: back
+        if (run.compare_exchange_weak(cur, want, std::memory_order_relaxed)) {
+          first = i == 0 ? lo : hi - 1, last = first + k;
+          return true;
+        }
       }
     }
-    return -1;
+    return false;
+  }
+  // The next unit for thread `me`, or -1 when every run is empty.
+  int64_t next(int me) {
+    int64_t first, last;
+    return take(me, 1, first, last) ? first : -1;
   }
 };
