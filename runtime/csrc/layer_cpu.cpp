@@ -16,7 +16,8 @@
 // balance it becomes compute-bound). torch's bf16 GEMM reads the weights at a fraction of the
 // memory bandwidth for so few rows. Here each thread streams its own slab of weight rows once:
 // * work items are blocks of MR = 4 weight rows; threads take contiguous runs of blocks
-//   (at::parallel_for), so each thread reads its slab of w exactly once;
+//   (at::parallel_for), so each thread reads its slab of w exactly once (the packed linears
+//   below, a pass's own, then steal from the back of the other thread's run: runs.h);
 // * inside a block, the x rows go by in tiles of up to NR = 4; the block's 4 weight rows
 //   (4 * K * 2 bytes, <= 16 KB for K <= 2048) stay in L1 across the tiles;
 // * products run on vdpbf16ps (avx512_bf16): 32 bf16 products per instruction into 16 fp32
