@@ -24,8 +24,8 @@
 //           register tiles of 6 rows x 64 lanes
 //     dot   bf16 only, on Q . Kp[D/2, NB, 2] and P . Vp[NB/2, D, 2], P rounded to bf16 (as
 //           flash-attention does on GPUs): on AMX tiles where the CPU has them (tdpbf16ps, the
-//           packed blocks are its operands as they are: qk_amx, pv_amx; decode and verify items
-//           read V in place instead, P's units split in even and odd dims: pv_amx_words), else on vdpbf16ps
+//           packed blocks are its operands as they are: qk_amx, pv_amx; held decode and verify
+//           items read V in place instead, P's units split in even and odd dims: pv_amx_held_words), else on vdpbf16ps
 //           (avx512_bf16, 32 MACs per instruction) register tiles as fma's. Decode items of up
 //           to FUSED_ROWS rows interleave V's key pairs in registers inside the P.V product
 //           instead of storing a packed block (pv_bf16_fused); K is packed (transposed) once
@@ -442,7 +442,7 @@ TF_INLINE void scores_from_keys(const float* Ct, float* Sc, int64_t R) {
 
 // P.V with V as it lies in the cache (no packed block). tdpbf16ps multiplies pairs: with V's rows
 // as the right operand, unit n of key k's row is (V[k][2n], V[k][2n+1]), so a left operand whose
-// unit k is (P[r][k], 0) gives the even dims and (0, P[r][k]) the odd ones (exp_row<DOT, WORDS>
+// unit k is (P[r][k], 0) gives the even dims and (0, P[r][k]) the odd ones (exp_row<DOT, true>
 // writes both: Pw rows hold NB even units, then NB odd ones). Twice the tile products of a packed
 // V, and none of the packing. Output lanes: per 32 dims, 16 even then 16 odd (Lanes::evenodd).
 // Keys from nk on contribute nothing; the group holding key nk - 1 reads a zero-padded copy Vz
@@ -456,25 +456,6 @@ TF_INLINE const uint16_t* v_group(const uint16_t* v, int64_t ldv, int g, int nk,
     vt = Vz, ld = D;
   }
   return vt;
-}
-
-// O[16 rows][D] += P . V over one block (tmm0/1: the output's 16 even and 16 odd lanes of 32 dims,
-// tmm2/3: the even and odd units of P, tmm5: 16 keys x 32 dims of V)
-inline void pv_amx_words(const uint32_t* Pw, const uint16_t* v, int64_t ldv, int nk, int64_t D, float* O, uint16_t* Vz) {
-  for (int64_t j = 0; j < D; j += 32) {
-    _tile_loadd(0, O + j, D * 4);
-    _tile_loadd(1, O + j + 16, D * 4);
-    for (int g = 0; g < NB / 16 && 16 * g < nk; ++g) {
-      int64_t ld;
-      const uint16_t* vt = v_group(v, ldv, g, nk, D, Vz, ld);
-      _tile_loadd(2, Pw + 16 * g, 2 * NB * 4);
-      _tile_loadd(3, Pw + NB + 16 * g, 2 * NB * 4);
-      _tile_loadd(5, vt + j, ld * 2);
-      _tile_dpbf16ps(0, 2, 5); _tile_dpbf16ps(1, 3, 5);
-    }
-    _tile_stored(0, O + j, D * 4);
-    _tile_stored(1, O + j + 16, D * 4);
-  }
 }
 
 // Held items (D = 64): tmm0..3 += P . V over one block (tmm0/1 even/odd lanes of dims 0-31,
@@ -690,7 +671,7 @@ TF_INLINE __m512 exp2_p_ps(__m512 x, __mmask16 keep) {
 // One block of a row: P = exp2(c*s - m) on the `vis` visible keys (0 elsewhere), summed into
 // lvec (fp32) and stored as bf16 (DOT, rounded as flash-attention does on GPUs) or fp32.
 // WORDS (AMX): the bf16 values as 32-bit units, NB with P in the low half, then NB with P in the
-// high half (pv_amx_words' left operands).
+// high half (pv_amx_held_words' left operands).
 template <bool DOT, bool WORDS = false>
 TF_INLINE void exp_row(const float* s, float c, float m, int vis, float* lvec, void* prow) {
   if (vis <= 0) {  // the whole block lies after this row's last visible key
@@ -749,12 +730,13 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   uint32_t* Qt = reinterpret_cast<uint32_t*>(Kp);
   float* Ct = Kp + 1024;
   uint16_t* Kz = reinterpret_cast<uint16_t*>(Kp + 2048);
-  // AMX decode/verify items read V in place (pv_amx_words: twice the tile products, no packing:
-  // 1.03-1.06x at T = 1..16); prefill items, whose V block serves up to 12 row tiles, pack it once
-  // (words there: prefill attention 1.27x slower). V's zero-padded partial group (v_group): after
-  // Kz in held items, else Vb's room.
-  const bool words = amx && sh.R <= ROWS_SPLIT;   // held items are decode items (attend)
-  [[maybe_unused]] uint16_t* Vz = reinterpret_cast<uint16_t*>(HELD ? Kp + 3072 : Vb);
+  // Held items read V in place (pv_amx_held_words: twice the tile products, no packing: the
+  // target's bf16 pass 1.02-1.07x faster at 8K-32K, round 25); the other AMX items pack V once per
+  // block. In place there made prefill attention 1.27x slower (a V block serves up to 12 row tiles)
+  // and decode items of D = 128 (no GQA, or G = 4) 1.08-1.17x slower. Vz: V's zero-padded partial
+  // group (v_group), after Kz.
+  constexpr bool WORDS = HELD > 0;
+  [[maybe_unused]] uint16_t* Vz = reinterpret_cast<uint16_t*>(Kp + 3072);
   static_assert(!HELD || (DOT && !FUSED), "held tiles are the AMX dot products");
   static_assert(HELD >= 0 && HELD <= 2, "HELD: 0, or the row tiles of a held item (1 or 2)");
   // fma: the prefetches spread over the products (Spread), 6-row tiles
@@ -772,7 +754,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   }
   if (amx) {   // padding rows: zero queries and probabilities, so their products stay finite
     std::memset(reinterpret_cast<uint16_t*>(Qf) + R * D, 0, (Rp - R) * D * 2);
-    std::memset(P + R * (words ? 2 * NB : NB / 2), 0, (Rp - R) * NB * (words ? 8 : 2));
+    std::memset(P + R * (WORDS ? 2 * NB : NB / 2), 0, (Rp - R) * NB * (WORDS ? 8 : 2));
   }
   std::fill(lvec, lvec + R * 16, 0.f);
   for (int64_t r = 0; r < R; ++r) m[r] = NEG_INF;
@@ -913,11 +895,9 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         const int npf = HELD ? 0 : (int)std::clamp<int64_t>(cc1 - (n0 + PF_KEYS), 0, NB);   // within the chunk (cc1 <= S; HELD: pass 1 did)
         if constexpr (FUSED) {
           // V interleaved in registers by pv_bf16_fused
-        } else if (DOT && !words) {
-          pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
-        } else if (DOT) {   // AMX reads V in place; the rows PF_KEYS ahead (held items' pass 1 fetched theirs)
-          for (int n = 0; n < npf; ++n)
-            for (int64_t x = 0; x < D * 2; x += 64) prefetch_line(reinterpret_cast<const char*>(v + (n0 + PF_KEYS + n) * sh.vss) + x);
+        } else if (DOT) {
+          if constexpr (!WORDS)   // (held items read V where it lies)
+            pack_v_bf16(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, reinterpret_cast<uint32_t*>(Vb));
         }
         else if constexpr (BF16_IN)
           pack_v_bf16_f32(reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, Vb);
@@ -926,10 +906,9 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         for (int64_t r = rlo; r < rhi; ++r) {
           const float* srow = Sc + r * LDS + (n0 - cc0);
           const int vis = (int)std::max<int64_t>(visible(r, n0, nk), 0);
-          if (DOT && words)
-            exp_row<DOT, true>(srow, sh.c, m[r], vis, lvec + r * 16, reinterpret_cast<uint32_t*>(P) + r * 2 * NB);
-          else
-            exp_row<DOT>(srow, sh.c, m[r], vis, lvec + r * 16, DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB));
+          void* prow = WORDS ? (void*)(reinterpret_cast<uint32_t*>(P) + r * 2 * NB)
+                       : DOT ? (void*)(reinterpret_cast<uint16_t*>(P) + r * NB) : (void*)(P + r * NB);
+          exp_row<DOT, WORDS>(srow, sh.c, m[r], vis, lvec + r * 16, prow);
         }
 #if TF_AMX
         if constexpr (HELD) {
@@ -938,10 +917,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         }
         if (amx) {
           for (int64_t r = 0; r < Rp; r += tile_rows)
-            if (words)
-              pv_amx_words(reinterpret_cast<const uint32_t*>(P) + r * 2 * NB, reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, D, O + r * D, Vz);
-            else
-              pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
+            pv_amx(reinterpret_cast<const uint16_t*>(P) + r * NB, reinterpret_cast<const uint32_t*>(Vb), D, O + r * D);
           continue;
         }
 #endif
@@ -1063,7 +1039,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   const int64_t held_blocks = (sh.R + HELD_ROWS - 1) / HELD_ROWS;
   const int64_t row_block = prefill ? PREFILL_ROWS : split_rows ? (sh.R + held_blocks - 1) / held_blocks : sh.R;
   const int64_t row_blocks = (sh.R + row_block - 1) / row_block;
-  const auto dim = lane_dims(!fast ? Lanes::identity : amx && !prefill ? Lanes::evenodd : dot ? Lanes::vp
+  const auto dim = lane_dims(!fast ? Lanes::identity : held ? Lanes::evenodd : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
 
   auto out = torch::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
