@@ -32,7 +32,6 @@
 // has_avx512_bf16() is false and callers use torch instead.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -43,7 +42,7 @@
 #include <vector>
 #include <type_traits>
 
-#include "runs.h"   // Runs: work units with stealing
+#include "runs.h"   // for_runs: work units with stealing
 #include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
 
 namespace {
@@ -297,20 +296,15 @@ template <typename X, typename Y>
 void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, const float* bp, Y* yp, int64_t O) {
   constexpr int PB = 4;  // blocks per tile (64 outputs)
   const int64_t B = (O + 15) / 16;
-  const int threads = (int)std::min<int64_t>(B, at::get_num_threads());
-  Runs runs(B, threads);
-  _Pragma("omp parallel num_threads(threads)") {
-    const int me = omp_get_thread_num();
-    for (int64_t b, end; runs.take(me, PB, b, end);) {
-      const X* wb = wp + b * K * 16;
-      switch (end - b) {
-        case 4: packed_rows<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        case 3: packed_rows<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        case 2: packed_rows<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-        default: packed_rows<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
-      }
+  for_runs(B, PB, [&](int64_t b, int64_t end) {
+    const X* wb = wp + b * K * 16;
+    switch (end - b) {
+      case 4: packed_rows<4>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+      case 3: packed_rows<3>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+      case 2: packed_rows<2>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
+      default: packed_rows<1>(xp, ldx, N, wb, K, bp, yp, O, b * 16); break;
     }
-  }
+  });
 }
 #endif
 
@@ -358,15 +352,8 @@ void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, con
     // memory, no longer holds the other at the region's end. (Whole runs of 4 blocks gave one of two
     // threads 5 of the 9 runs of o_proj and down_proj; an even static split, round 24, balanced
     // the blocks but not the threads' speeds.)
-    const int64_t units = (B + 1) / 2;
-    const int threads = (int)std::min<int64_t>(units, at::get_num_threads());
-    Runs runs(units, threads);
-    _Pragma("omp parallel num_threads(threads)") {
-      const int me = omp_get_thread_num();
-      amx_begin((int)rows);
-      for (int64_t u; (u = runs.next(me)) >= 0;) packed_amx(xa, lda, N, wp, K, bp, yp, O, 2 * u, std::min(B, 2 * u + 2));
-      amx_end();
-    }
+    for_runs((B + 1) / 2, 1, [&](int64_t u, int64_t) { packed_amx(xa, lda, N, wp, K, bp, yp, O, 2 * u, std::min(B, 2 * u + 2)); },
+             [&] { amx_begin((int)rows); }, [] { amx_end(); });
     return;
   }
 #endif

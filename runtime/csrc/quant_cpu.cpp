@@ -43,7 +43,6 @@
 // torch's layouts and kernels.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -51,7 +50,7 @@
 #include <cstring>
 #include <vector>
 
-#include "runs.h"   // Runs: work units with stealing
+#include "runs.h"   // for_runs: work units with stealing
 #include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and cpu_is_amd
 // The kernels also need avx512_vnni (vpdpbusd).
 #if TF_AVX512 && defined(__AVX512VNNI__)
@@ -229,13 +228,7 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
       }
     }
   };
-  const int64_t units = (blocks + 1) / 2;
-  const int threads = (int)std::min<int64_t>(units, at::get_num_threads());
-  Runs runs(units, threads);
-  _Pragma("omp parallel num_threads(threads)") {
-    const int me = omp_get_thread_num();
-    for (int64_t u; (u = runs.next(me)) >= 0;) run_blocks(2 * u, std::min(blocks, 2 * u + 2));
-  }
+  for_runs((blocks + 1) / 2, 1, [&](int64_t u, int64_t) { run_blocks(2 * u, std::min(blocks, 2 * u + 2)); });
 }
 #endif
 

@@ -5,6 +5,9 @@
 // difference of two static halves.
 #pragma once
 
+#include <ATen/Parallel.h>
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -46,3 +49,24 @@ struct Runs {
     return take(me, 1, first, last) ? first : -1;
   }
 };
+
+// f(first, last) for each range of units [0, n) that torch's threads take from their runs (up to
+// `most` at a time from a thread's own run, single units stolen); each thread calls enter() before
+// its first range and leave() after its last (the AMX linears configure their tiles there).
+template <typename F, typename Enter, typename Leave>
+void for_runs(int64_t n, int64_t most, F&& f, Enter&& enter, Leave&& leave) {
+  if (n <= 0) return;
+  const int threads = (int)std::min<int64_t>(n, at::get_num_threads());
+  Runs runs(n, threads);
+  _Pragma("omp parallel num_threads(threads)") {
+    const int me = omp_get_thread_num();
+    enter();
+    for (int64_t first, last; runs.take(me, most, first, last);) f(first, last);
+    leave();
+  }
+}
+
+template <typename F>
+void for_runs(int64_t n, int64_t most, F&& f) {
+  for_runs(n, most, f, [] {}, [] {});
+}
