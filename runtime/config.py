@@ -192,6 +192,8 @@ class RunConfig:
     cuda_graphs: bool = True        # on CUDA, the lower levels' passes of up to 16 tokens replay from CUDA graphs
                                     # (runtime/graphs.py); False: every pass runs eagerly
     mode: str = "ar"                # decoding mode (see MODES)
+    lookup: bool = True             # speculative modes: a verifier also takes drafts copied from the sequence
+                                    # where its end repeats an earlier place (runtime/lookup.py); False: off
     max_new_tokens: int = 256       # tokens generated after the prompt (fewer if EOS comes first)
     temperature: float = 0.0        # 0 = greedy (exact argmax)
     top_p: float = 1.0              # nucleus sampling mass, (0, 1]

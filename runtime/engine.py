@@ -25,6 +25,7 @@ from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
 from triforce.runtime.placement import Placement
 from triforce.runtime.probes import resolve_device
+from triforce.runtime.lookup import ContextLookup
 from triforce.runtime.speculate import Level, SpecDecoder, level_stats
 
 
@@ -317,6 +318,7 @@ class Engine(Checkpoint):
             gammas = list(tuner.gammas)
         decoder = self.decoder(stack, gammas, list(prompt_ids), generator,
                                chain(rebuild_policy(run, len(prompt_ids)), tuner))
+        decoder.lookup = ContextLookup() if run.lookup and len(stack) > 1 else None
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)
         if tuner:

@@ -26,6 +26,10 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", default=None,
                    help="on CUDA, run every pass eagerly (by default the drafter's and the middle level's passes "
                    "of up to 16 tokens replay from CUDA graphs)")
+    p.add_argument("--no-lookup", dest="lookup", action="store_false", default=None,
+                   help="speculative modes: no drafts copied from the sequence itself (by default, where the "
+                   "sequence's end repeats an earlier place, a verifier takes the tokens that followed there as "
+                   "its draft: lossless, and no model runs to propose them)")
     p.add_argument("--prefill-chunk", type=int, help="prompt tokens per prefill forward pass")
     p.add_argument("--rope-scaling", help="extend the context: TYPE:FACTOR with TYPE linear|dynamic|yarn, e.g. yarn:4")
     p.add_argument("--draft-model", help="drafter checkpoint sharing the target's tokenizer (modes spec, triforce; "

@@ -24,6 +24,7 @@ import torch
 from triforce.runtime.accept import accept
 from triforce.runtime.cache import KVCache
 from triforce.runtime.graphs import GraphedForward
+from triforce.runtime.lookup import NGRAM, TARGET_MATCH, ContextLookup
 from triforce.runtime.model import Transformer
 from triforce.runtime.quant import weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
@@ -37,6 +38,8 @@ class LevelStats:
     drafted: int = 0         # tokens proposed to this level (as verifier)
     accepted: int = 0        # of those, accepted
     rejections: int = 0      # rounds that ended at a rejected token (the others accepted all they were offered)
+    copied: int = 0          # tokens proposed to this level by context lookup (lookup.py), not counted in drafted
+    copied_accepted: int = 0 # of those, accepted
     rebuilds: int = 0        # retrieval cache rebuilds (middle level only)
     moved_bytes: int = 0     # bytes copied between the host tier and the device during its passes
 
@@ -123,32 +126,46 @@ class Level:
 
 
 def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
-                 generator: torch.Generator) -> tuple[list[int], torch.Tensor]:
-    """One round of stack[-1]: the levels below propose k tokens, stack[-1] verifies them.
-    Returns the emitted tokens (accepted + recovered/bonus, 1..k+1 of them) and stack[-1]'s
-    distributions at each [n, V]."""
+                 generator: torch.Generator, lookup: ContextLookup | None = None,
+                 room: int = 0) -> tuple[list[int], torch.Tensor]:
+    """One round of stack[-1]: the levels below propose k tokens, stack[-1] verifies them; or,
+    where `lookup` finds seq's end earlier in seq, the tokens that followed there (at most `room`,
+    q one-hot: lookup.py). Returns the emitted tokens (accepted + recovered/bonus, 1..k+1 of
+    them) and stack[-1]'s distributions at each [n, V]."""
     top = stack[-1]
-    drafted, q = draft(stack[:-1], gammas, seq, k, generator) if k else ([], None)
+    copied = lookup.copy(seq, room, TARGET_MATCH if top.name == "target" else NGRAM) \
+        if lookup is not None and len(stack) > 1 else []
+    if copied:
+        drafted, k = copied, len(copied)
+    else:
+        drafted, q = draft(stack[:-1], gammas, seq, k, generator, lookup) if k else ([], None)
     p = top.probs(seq + drafted, k + 1)                                     # [k+1, V]
+    if copied:   # q one-hot at each copied token
+        q = torch.zeros_like(p[:k]).scatter_(1, torch.tensor(copied, device=p.device)[:, None], 1.0)
     if k:
         num, nxt = accept(torch.tensor([drafted], device=p.device), q[None], p[None], generator)
-        top.stats.drafted += k
     else:  # nothing drafted: plain sampling from the top level
         num, nxt = accept(torch.zeros(1, 0, dtype=torch.long, device=p.device), p[None, :0], p[None], generator)
     num = int(num[0])  # host sync: the sequence is bookkept on the host
-    top.stats.accepted += num
-    top.stats.rejections += num < k
+    if copied:
+        top.stats.copied += k
+        top.stats.copied_accepted += num
+    else:
+        top.stats.drafted += k
+        top.stats.accepted += num
+        top.stats.rejections += num < k
     return drafted[:num] + [int(nxt[0])], p[:num + 1]
 
 
 def draft(stack: list[Level], gammas: list[int], seq: list[int], n: int,
-          generator: torch.Generator) -> tuple[list[int], torch.Tensor]:
+          generator: torch.Generator, lookup: ContextLookup | None = None) -> tuple[list[int], torch.Tensor]:
     """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V].
     gammas[i] is how many tokens stack[i] proposes per round to stack[i + 1]."""
     tokens, rows = [], []
     while len(tokens) < n:
-        k = 0 if len(stack) == 1 else min(gammas[len(stack) - 2], n - len(tokens) - 1)
-        new, p = verify_round(stack, gammas, seq + tokens, k, generator)
+        room = n - len(tokens) - 1
+        k = 0 if len(stack) == 1 else min(gammas[len(stack) - 2], room)
+        new, p = verify_round(stack, gammas, seq + tokens, k, generator, lookup, room)
         tokens += new
         rows.append(p)
     return tokens, torch.cat(rows)
@@ -162,10 +179,13 @@ class SpecDecoder:
     seq: list[int]                      # committed tokens, prompt included
     generator: torch.Generator
     on_round: object = None             # called after each step (e.g. the retrieval rebuild policy)
+    lookup: ContextLookup | None = None # context lookup's index of seq (lookup.py); None: off
 
     def step(self, budget: int) -> list[int]:
         k = 0 if len(self.stack) == 1 else min(self.gammas[-1], budget - 1)
-        new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator)
+        if self.lookup is not None:
+            self.lookup.extend(self.seq)
+        new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator, self.lookup, budget - 1)
         self.seq += new
         for level in self.stack:
             level.commit(self.seq)

@@ -73,6 +73,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--gamma", choices=("fixed", "auto"), help="auto: gammas chosen from measured pass costs (README)")
     p.add_argument("--middle-weights", choices=WEIGHT_KINDS + ("auto",),
                    help="the middle level's weights (default auto, as `triforce generate`)")
+    p.add_argument("--no-lookup", dest="lookup", action="store_false", default=None,
+                   help="speculative modes without drafts copied from the sequence (as `triforce generate --no-lookup`)")
     p.add_argument("--draft-weights", choices=WEIGHT_KINDS + ("auto",), help="the drafter's weights (default auto)")
     p.add_argument("--draft-vocab", type=draft_vocab_arg,
                    help="drafter head pruned to the N most frequent corpus tokens (default auto)")

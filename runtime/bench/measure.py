@@ -101,7 +101,9 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
         levels[name] = dict(drafted=drafted, accepted=accepted,
                             acceptance=round(accepted / drafted, 4) if drafted else None,
                             seconds=round(statistics.median(s["levels"][name]["seconds"] for s in stats), 4),
-                            rebuilds=sum(s["levels"][name]["rebuilds"] for s in stats))
+                            rebuilds=sum(s["levels"][name]["rebuilds"] for s in stats),
+                            copied=sum(s["levels"][name].get("copied", 0) for s in stats),
+                            copied_accepted=sum(s["levels"][name].get("copied_accepted", 0) for s in stats))
     tokens = sum(s["new_tokens"] for s in stats)
     passes = sum(s["target_passes"] for s in stats)
     row = dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
@@ -112,6 +114,7 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
                request_s=spread([s["prefill_s"] + s.get("gamma", {}).get("probe_s", 0.0) + s["decode_s"] for s in stats]),
                tokens_per_target_pass=round(tokens / passes, 3) if passes else None,
                acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
+               copied={n: [lv["copied_accepted"], lv["copied"]] for n, lv in levels.items() if lv["copied"]},
                levels=levels)
     if "gamma" in stats[0]:   # --gamma auto: what it chose, over the repeats, and what its probes cost
         rounds = Counter()

@@ -24,8 +24,11 @@ def ms_cell(ms: dict) -> str:
     return f"{ms['median']:.1f} ({ms['min']:.1f}-{ms['max']:.1f})"
 
 
-def acceptance_cell(acceptance: dict) -> str:
-    return ", ".join(f"{name} {value:.2f}" for name, value in acceptance.items()) or "-"
+def acceptance_cell(acceptance: dict, copied: dict | None = None) -> str:
+    """Each verifier's acceptance of model drafts, then of copied ones (lookup.py): accepted/copied."""
+    cells = [f"{name} {value:.2f}" for name, value in acceptance.items()]
+    cells += [f"{name} copies {accepted}/{n}" for name, (accepted, n) in (copied or {}).items()]
+    return ", ".join(cells) or "-"
 
 
 def header(report: dict) -> str:

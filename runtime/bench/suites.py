@@ -49,7 +49,7 @@ def prompt_ids(engine: Engine, args: argparse.Namespace, tokens: int) -> list[in
     return ids
 
 
-LOWER_LEVEL_FLAGS = ("gamma", "middle_weights", "draft_weights", "draft_vocab")  # optional bench flags
+LOWER_LEVEL_FLAGS = ("gamma", "middle_weights", "draft_weights", "draft_vocab", "lookup")  # optional bench flags
 
 
 def base_run(args: argparse.Namespace, **overrides) -> RunConfig:
@@ -241,7 +241,7 @@ def assisted_row(engine: Engine, ids: list[int], run: RunConfig, repeats: int, a
 def table_modes(report: dict) -> str:
     body = [[str(r["context"]), str(r["temperature"]), r["mode"], ms_cell(r["ms_per_token"]),
              fmt(r["speedup_vs_ar"], ".2f"), fmt(r.get("speedup_vs_ar_paired"), ".2f"), fmt(r["tokens_per_target_pass"], ".2f"),
-             acceptance_cell(r["acceptance"]), fmt(r["prefill_s"]["median"], ".2f"),
+             acceptance_cell(r["acceptance"], r.get("copied")), fmt(r["prefill_s"]["median"], ".2f"),
              fmt(r.get("request_s", {}).get("median"), ".2f"), fmt(r.get("request_speedup_vs_ar"), ".2f")]
             for r in report["rows"]]
     table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "x ar (paired)", "tokens/target pass",
