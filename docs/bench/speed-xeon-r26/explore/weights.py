@@ -1,0 +1,35 @@
+import torch
+import argparse, dataclasses, sys, time
+from triforce.runtime.bench.lower import middle_level
+from triforce.runtime.bench.suites import base_run, prompt_ids
+from triforce.runtime.config import RunConfig
+from triforce.runtime.engine import Engine
+from triforce.runtime.quant import lower_level_copy
+from triforce.runtime.sampling import SamplingParams, probs_from_logits
+context, new = int(sys.argv[1]), int(sys.argv[2]); budgets = [int(b) for b in sys.argv[3].split(",")]
+temps = [float(t) for t in sys.argv[4].split(",")] if len(sys.argv) > 4 else [0.0]
+torch.set_num_threads(2)
+run = RunConfig(mode="ar", dtype="bf16", rope_scaling="yarn:4" if context > 8000 else None)
+engine = Engine(run, keep_prefill=True)
+models = {"int4": lower_level_copy(engine.model, "int4"), "int8": lower_level_copy(engine.model, "int8"), "same": engine.model}
+ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), context)
+with torch.inference_mode():
+  for temperature in temps:
+    params = SamplingParams(temperature=temperature, top_p=0.9)
+    request = dataclasses.replace(run, temperature=temperature, max_new_tokens=new, top_p=0.9) if hasattr(run, "top_p") else dataclasses.replace(run, temperature=temperature, max_new_tokens=new)
+    t0 = time.time(); continuation = engine.generate(ids, request).token_ids
+    seq, n = ids + continuation, len(continuation)
+    stack, _ = engine.build_stack(request, len(seq) + 8)
+    engine.prefill(stack, ids, None)
+    target = stack[-1]
+    pq = target.cache.last_query.clone()
+    tl = target.feed(seq[:-1], keep_last=n); p = probs_from_logits(tl, params)
+    target.feed(ids[:-1]); target.cache.last_query.copy_(pq)
+    for B in budgets:
+      for wname, model in models.items():
+        r = dataclasses.replace(request, retrieval_budget=B)
+        mid = middle_level(engine, r, model, target, len(ids) - 1, len(seq) + 8)
+        lg = mid.feed(seq[:-1], keep_last=n); q = probs_from_logits(lg, params)
+        agree = (lg.argmax(-1) == tl.argmax(-1)).float()
+        print(f"ctx {context} T {temperature} budget {B} {wname}: greedy agreement {agree.mean():.3f} (first half {agree[:n//2].mean():.3f}, second {agree[n//2:].mean():.3f}) expected acceptance {torch.minimum(p, q).sum(-1).mean():.3f}", flush=True)
+        target.cache.last_query.copy_(pq)
