@@ -1,3 +1,4 @@
+# Teacher-forced agreement of the middle level with the target: context new-tokens budgets [weight kinds] [temperatures]
 import torch
 import argparse, dataclasses, sys, time
 from triforce.runtime.bench.lower import middle_level
@@ -7,11 +8,12 @@ from triforce.runtime.engine import Engine
 from triforce.runtime.quant import lower_level_copy
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
 context, new = int(sys.argv[1]), int(sys.argv[2]); budgets = [int(b) for b in sys.argv[3].split(",")]
-temps = [float(t) for t in sys.argv[4].split(",")] if len(sys.argv) > 4 else [0.0]
+kinds = sys.argv[4].split(",") if len(sys.argv) > 4 else ["int4", "int8", "same"]   # middle-level weights
+temps = [float(t) for t in sys.argv[5].split(",")] if len(sys.argv) > 5 else [0.0]
 torch.set_num_threads(2)
 run = RunConfig(mode="ar", dtype="bf16", rope_scaling="yarn:4" if context > 8000 else None)
 engine = Engine(run, keep_prefill=True)
-models = {"int4": lower_level_copy(engine.model, "int4"), "int8": lower_level_copy(engine.model, "int8"), "same": engine.model}
+models = {k: engine.model if k == "same" else lower_level_copy(engine.model, k) for k in kinds}
 ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), context)
 with torch.inference_mode():
   for temperature in temps:
