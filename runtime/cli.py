@@ -57,6 +57,8 @@ def summary_line(result) -> str:
     if len(levels) > 1:
         parts = [f"{name} accepted {lv['accepted']}/{lv['drafted']} ({lv.get('acceptance', 0):.0%})"
                  for name, lv in levels.items() if lv["drafted"]]
+        parts += [f"{name} took copies {lv['copied_accepted']}/{lv['copied']}"   # context lookup (lookup.py)
+                  for name, lv in levels.items() if lv.get("copied")]
         times = ", ".join(f"{name} {lv['seconds']:.2f} s" + (f" ({lv['weights']})" if lv.get("weights", "same") != "same"
                                                             else "") for name, lv in levels.items())
         line += (f"\n[triforce] {'; '.join(parts)} | {s['tokens_per_target_pass']} tokens per target pass"

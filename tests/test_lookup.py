@@ -90,3 +90,13 @@ def test_copies_leave_greedy_output_as_ar_and_no_lookup_turns_them_off(engine):
         off = engine.generate(ids, RunConfig(mode=mode, lookup=False, **base))
         assert off.token_ids == expected, mode
         assert all(lv["copied"] == 0 for lv in off.stats["levels"].values()), mode
+
+
+def test_the_summary_line_shows_the_copies(engine):
+    from triforce.runtime.cli import summary_line
+    ids = engine.tokenizer.encode("The cat sat on the mat. The dog sat on the log. " * 6)
+    result = engine.generate(ids, RunConfig(model=str(engine.model_dir), draft_model=str(engine.draft_dir),
+                                            mode="spec", max_new_tokens=16, gamma1=2, gamma2=4))
+    target = result.stats["levels"]["target"]
+    assert target["copied"] > 0
+    assert f"target took copies {target['copied_accepted']}/{target['copied']}" in summary_line(result)
