@@ -36,6 +36,31 @@ def weights_spec(spec: str) -> tuple[str, str | None]:
     return layers, head or None
 
 
+def teacher_forced(engine: Engine, request, ids: list[int]) -> tuple[Level, list[int], torch.Tensor]:
+    """The target's own continuation of ids (request's temperature and max_new_tokens): returns the
+    target level on its full cache of the prompt, prompt + continuation, and the target's logits at
+    each continuation position [n, V]."""
+    continuation = engine.generate(ids, request).token_ids             # the target's own tokens
+    if len(continuation) < 2:
+        raise UserError(f"the target stopped after {len(continuation)} tokens; use another prompt")
+    seq, n = ids + continuation, len(continuation)
+    stack, _ = engine.build_stack(request, len(seq) + 8)
+    engine.prefill(stack, ids, None)
+    target = stack[-1]
+    prompt_query = target.cache.last_query.clone()    # what the retrieval selection scores with
+    target_logits = target.feed(seq[:-1], keep_last=n)                      # [n, V]
+    target.feed(ids[:-1])                                                   # back to the prompt
+    target.cache.last_query.copy_(prompt_query)
+    return target, seq, target_logits
+
+
+def middle_logits(engine: Engine, request, model, target: Level, ids: list[int], seq: list[int]) -> torch.Tensor:
+    """request's middle level on `model`, selected from teacher_forced's target over the prompt,
+    reading seq in one pass: its logits at each continuation position [n, V]."""
+    middle = middle_level(engine, request, model, target, len(ids) - 1, len(seq) + 8)
+    return middle.feed(seq[:-1], keep_last=len(seq) - len(ids))
+
+
 def middle_level(engine: Engine, run, model, target: Level, context: int, capacity: int) -> Level:
     """run's retrieval level on `model`, selected from the target's full cache over `context` tokens."""
     spec = mode_levels(dataclasses.replace(run, mode="retrieval"), capacity)[0][0]
@@ -61,21 +86,11 @@ def suite_lower(args: argparse.Namespace) -> dict:
         for temperature in args.temperatures:
             params = SamplingParams(temperature=temperature, top_p=args.top_p)
             request = dataclasses.replace(run, temperature=temperature, max_new_tokens=args.new_tokens)
-            continuation = engine.generate(ids, request).token_ids             # the target's own tokens
-            if len(continuation) < 2:
-                raise UserError(f"the target stopped after {len(continuation)} tokens; use another prompt")
-            seq, n = ids + continuation, len(continuation)
-            stack, _ = engine.build_stack(request, len(seq) + 8)
-            engine.prefill(stack, ids, None)
-            target = stack[-1]
-            prompt_query = target.cache.last_query.clone()    # what the retrieval selection scores with
-            target_logits = target.feed(seq[:-1], keep_last=n)                      # [n, V]
+            target, seq, target_logits = teacher_forced(engine, request, ids)
+            n = len(seq) - len(ids)
             p = probs_from_logits(target_logits, params)
-            target.feed(ids[:-1])                                                   # back to the prompt
-            target.cache.last_query.copy_(prompt_query)
             for spec in args.lower_weights:
-                middle = middle_level(engine, request, models[spec], target, len(ids) - 1, len(seq) + 8)
-                logits = middle.feed(seq[:-1], keep_last=n)                         # [n, V]
+                logits = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
                 q = probs_from_logits(logits, params)
                 agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
                 rows.append(dict(context=context, temperature=temperature, weights=spec, budget=run.retrieval_budget,

@@ -1,7 +1,7 @@
 import torch
 import argparse, dataclasses, sys, time
 import triforce.runtime.cache_retrieval as CR
-from triforce.runtime.bench.lower import middle_level
+from triforce.runtime.bench.lower import middle_logits, teacher_forced
 from triforce.runtime.bench.suites import prompt_ids
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
@@ -39,21 +39,13 @@ with torch.inference_mode():
   for temperature in (0.0, 0.6):
     params = SamplingParams(temperature=temperature, top_p=0.9)
     request = dataclasses.replace(run, temperature=temperature, max_new_tokens=new, retrieval_budget=budget)
-    continuation = engine.generate(ids, request).token_ids
-    seq, n = ids + continuation, len(continuation)
-    stack, _ = engine.build_stack(request, len(seq) + 8)
-    engine.prefill(stack, ids, None)
-    target = stack[-1]
-    pq = target.cache.last_query.clone()
-    tl = target.feed(seq[:-1], keep_last=n); p = probs_from_logits(tl, params)
-    target.feed(ids[:-1]); target.cache.last_query.copy_(pq)
+    target, seq, tl = teacher_forced(engine, request, ids)
+    n, p = len(seq) - len(ids), probs_from_logits(tl, params)
     for name, fn, recent in variants:
         CR.chunk_scores = fn
         r = dataclasses.replace(request, retrieval_recent=recent)
-        mid = middle_level(engine, r, model, target, len(ids) - 1, len(seq) + 8)
-        lg = mid.feed(seq[:-1], keep_last=n); q = probs_from_logits(lg, params)
+        lg = middle_logits(engine, r, model, target, ids, seq); q = probs_from_logits(lg, params)
         agree = (lg.argmax(-1) == tl.argmax(-1)).float()
         acc = torch.minimum(p, q).sum(-1)
         print(f"ctx {context} budget {budget} T {temperature} {name:14s}: greedy agreement {agree.mean():.3f} (halves {agree[:n//2].mean():.3f} {agree[n//2:].mean():.3f}) expected acceptance {acc.mean():.3f} (halves {acc[:n//2].mean():.3f} {acc[n//2:].mean():.3f})", flush=True)
-        target.cache.last_query.copy_(pq)
     CR.chunk_scores = mean_scores

@@ -1,8 +1,8 @@
 # Teacher-forced agreement of the middle level with the target: context new-tokens budgets [weight kinds] [temperatures]
 import torch
-import argparse, dataclasses, sys, time
-from triforce.runtime.bench.lower import middle_level
-from triforce.runtime.bench.suites import base_run, prompt_ids
+import argparse, dataclasses, sys
+from triforce.runtime.bench.lower import middle_logits, teacher_forced
+from triforce.runtime.bench.suites import prompt_ids
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
 from triforce.runtime.quant import lower_level_copy
@@ -18,20 +18,12 @@ ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), 
 with torch.inference_mode():
   for temperature in temps:
     params = SamplingParams(temperature=temperature, top_p=0.9)
-    request = dataclasses.replace(run, temperature=temperature, max_new_tokens=new, top_p=0.9) if hasattr(run, "top_p") else dataclasses.replace(run, temperature=temperature, max_new_tokens=new)
-    t0 = time.time(); continuation = engine.generate(ids, request).token_ids
-    seq, n = ids + continuation, len(continuation)
-    stack, _ = engine.build_stack(request, len(seq) + 8)
-    engine.prefill(stack, ids, None)
-    target = stack[-1]
-    pq = target.cache.last_query.clone()
-    tl = target.feed(seq[:-1], keep_last=n); p = probs_from_logits(tl, params)
-    target.feed(ids[:-1]); target.cache.last_query.copy_(pq)
+    request = dataclasses.replace(run, temperature=temperature, max_new_tokens=new, top_p=0.9)
+    target, seq, tl = teacher_forced(engine, request, ids)
+    n, p = len(seq) - len(ids), probs_from_logits(tl, params)
     for B in budgets:
       for wname, model in models.items():
-        r = dataclasses.replace(request, retrieval_budget=B)
-        mid = middle_level(engine, r, model, target, len(ids) - 1, len(seq) + 8)
-        lg = mid.feed(seq[:-1], keep_last=n); q = probs_from_logits(lg, params)
+        lg = middle_logits(engine, dataclasses.replace(request, retrieval_budget=B), model, target, ids, seq)
+        q = probs_from_logits(lg, params)
         agree = (lg.argmax(-1) == tl.argmax(-1)).float()
         print(f"ctx {context} T {temperature} budget {B} {wname}: greedy agreement {agree.mean():.3f} (first half {agree[:n//2].mean():.3f}, second {agree[n//2:].mean():.3f}) expected acceptance {torch.minimum(p, q).sum(-1).mean():.3f}", flush=True)
-        target.cache.last_query.copy_(pq)
