@@ -35,6 +35,13 @@ class PackedCache:
         return torch.cat([attend(q_i, *cache.update(layer, q_i, k_i, v_i))        # [1, T_i, H, D]
                           for cache, q_i, k_i, v_i in parts], dim=1)
 
+    def slots_each(self) -> list[tuple] | None:
+        """Each sequence's cache's slots (FullCache.slots: k, v, start, last_query), for the
+        decoder plan's packed pass in one native call (DecoderPlan.run_packed); None where a cache
+        has none (the model then runs layer by layer, through attend)."""
+        slots = [cache.slots() if hasattr(cache, "slots") else None for cache in self.caches]
+        return None if any(s is None for s in slots) else slots
+
     def end(self) -> None:
         for cache in self.caches:
             cache.end()

@@ -146,8 +146,12 @@ class Transformer(nn.Module):
         x = self.model.embed_tokens(tokens)                            # [B, T, E]
         plan = None if torch.is_grad_enabled() else decoder_plan(self)
         slots = cache.slots() if plan is not None and hasattr(cache, "slots") else None
+        packed = cache.slots_each() if plan is not None and hasattr(cache, "slots_each") else None
         if slots is not None:   # the same kernels in the same order, in one native call
             x = plan.run(x, cos, sin, *slots)                          # [B, T, E]
+        elif packed is not None:   # several sequences' new tokens, each with its own cache (cache_packed.py)
+            k, v, starts, last_query = map(list, zip(*packed))
+            x = plan.run_packed(x, cos, sin, k, v, starts, cache.sizes, last_query)   # [1, ΣT, E]
         else:
             for layer in self.model.layers:
                 x = layer(x, cos, sin, cache)

@@ -89,6 +89,10 @@ def test_batch_suite_matches_one_at_a_time(tmp_path, capsys):
     assert [(r["mode"], r["batch"]) for r in rows] == [("ar", 1), ("ar", 2), ("triforce", 1), ("triforce", 2)]
     assert all(r["same_as_one_at_a_time"] and r["tokens"] == 3 * r["batch"] for r in rows)
     assert "| triforce | 2 |" in capsys.readouterr().out
+    for r in rows:   # passes per weights: the target's, and for triforce its lower levels' copies
+        assert r["passes"]["target"] == r["target_passes"] and r["packed_rows"]["target"] == r["target_packed_rows"]
+        assert r["drafter_passes"] == sum(n for w, n in r["passes"].items() if w.startswith("drafter"))
+        assert (r["mode"] == "triforce") == any(w.startswith("middle") and n for w, n in r["passes"].items()), r["passes"]
 
 
 @pytest.mark.parametrize("name", ["a100", "2x4090", "1x4090"])

@@ -196,6 +196,61 @@ def test_packed_pass_equals_each_sequence_alone(tmp_path):
         torch.testing.assert_close(model(t[:, :1], c_packed), model(t[:, :1], c_alone), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype,weights", [("bf16", "same"), ("bf16", "int4"), ("fp32", "same"), ("fp32", "int8")])
+def test_packed_pass_in_one_native_call_equals_each_sequence_alone_bitwise(tmp_path, monkeypatch, dtype, weights):
+    """Batched decoding's packed pass (several sequences' new tokens, each with its own cache:
+    runtime/cache_packed.py) runs the decoder plan's layers in one native call too
+    (DecoderPlan.run_packed): each sequence's logits, K/V and last query are bitwise those of its
+    own pass, for ragged lengths and the full, retrieval and StreamingLLM caches in one pass."""
+    from triforce.runtime import model as model_mod
+    from triforce.runtime.cache_packed import PackedCache
+    from triforce.runtime.cache_retrieval import RetrievalCache
+    from triforce.runtime.cache_streaming import StreamingCache
+    from triforce.runtime.ops import pack_linears
+    from triforce.runtime.quant import lower_level_copy
+    path = save_tiny(tmp_path, transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
+                     hidden_size=256, intermediate_size=320)   # head_dim 64; Qwen2: qkv bias
+    model = lower_level_copy(pack_linears(fuse_projections(load_model(path, dtype))), weights)
+    plan = model_mod.decoder_plan(model)
+    if plan is None:
+        pytest.skip("the native kernels (avx512_bf16) did not build here")
+    packed_calls = []
+
+    class Spy:   # the plan, counting its packed passes
+        run = staticmethod(plan.run)
+
+        def run_packed(self, *args):
+            packed_calls.append(args[-2])   # sizes
+            return plan.run_packed(*args)
+
+    monkeypatch.setattr(model_mod, "decoder_plan", lambda m: Spy())
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 320, (1, n), generator=gen) for n in (30, 12, 26)]
+    new = [torch.randint(0, 320, (1, n), generator=gen) for n in (1, 5, 3)]
+
+    def caches():
+        made = [full_cache(model, 64), RetrievalCache(model.cfg, model.rope(64), 1, 32, 8, 24, model.device, model.dtype),
+                StreamingCache(model.cfg, model.rope(64), 1, 4, 20, model.device, model.dtype, scratch=8, evict_block=2)]
+        for cache, prompt in zip(made, prompts):
+            model(prompt, cache)
+            cache.commit(cache.get_seq_length())
+        return made
+
+    alone_caches = caches()
+    alone = [model(t, c, last_only=t.shape[1]) for t, c in zip(new, alone_caches)]        # each [1, T_i, V]
+    packed_caches = caches()
+    cache = PackedCache(packed_caches, [t.shape[1] for t in new])
+    sizes = [t.shape[1] for t in new]
+    got = model(torch.cat(new, dim=1), cache, last_only=cache.rows(sizes, model.device)).split(sizes, dim=1)
+    assert packed_calls == [sizes]
+    assert all(torch.equal(g, a) for g, a in zip(got, alone))
+    for c_packed, c_alone in zip(packed_caches, alone_caches):
+        assert torch.equal(c_packed.k, c_alone.k) and torch.equal(c_packed.v, c_alone.v)
+        assert c_packed.get_seq_length() == c_alone.get_seq_length()
+        if hasattr(c_packed, "last_query"):
+            assert torch.equal(c_packed.last_query, c_alone.last_query)
+
+
 @pytest.mark.parametrize("dtype,weights", [("bf16", "same"), ("bf16", "int8"), ("bf16", "int4"),
                                            ("fp32", "same"), ("fp32", "int8"), ("fp32", "int4")])
 def test_one_call_decoder_plan_equals_the_module_path_bitwise(tmp_path, monkeypatch, dtype, weights):

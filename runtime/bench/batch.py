@@ -3,8 +3,8 @@
     triforce bench --suite batch --contexts 1024 --new-tokens 32 --batch-sizes 1 2 4 \
         --modes ar triforce --budget 256 --threads 1 --out OUT
 
-Each configuration decodes B different KJV passages of `context` tokens together (greedy,
-runtime/decode_batched.py) and reports generated tokens per second of *decode* wall time: from the
+Each configuration decodes B different passages of `context` tokens together (consecutive ones of
+--prompt-file, else of the --corpus text; greedy, runtime/decode_batched.py) and reports generated tokens per second of *decode* wall time: from the
 moment the last sequence finished its prefill to the moment the last one finished decoding
 (all sequences start together, so sequence i ends at prefill_s + decode_s after the start).
 Every batched run is also checked token for token against the same prompts decoded one at a
@@ -19,7 +19,7 @@ import time
 from triforce.runtime.decode_batched import generate_batch
 from triforce.runtime.bench.registry import register
 from triforce.runtime.bench.report import markdown_table
-from triforce.runtime.bench.suites import base_run
+from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine
 from triforce.runtime.errors import UserError
 
@@ -37,7 +37,9 @@ def run_one(engine: Engine, prompts: list[list[int]], run) -> dict:
     target = [r.stats["levels"]["target"].get("acceptance") for r in outcome.results]
     return dict(tokens=tokens, decode_wall_s=round(decode_wall, 3), wall_s=round(wall, 3),
                 tokens_per_s=round(tokens / decode_wall, 3), target_passes=outcome.passes["target"],
-                target_packed_rows=outcome.packed_rows["target"], drafter_passes=outcome.passes.get("drafter", 0),
+                target_packed_rows=outcome.packed_rows["target"],
+                drafter_passes=sum(n for weights, n in outcome.passes.items() if weights.startswith("drafter")),
+                passes=outcome.passes, packed_rows=outcome.packed_rows,   # per weights: target, middle-int4, drafter-...
                 target_acceptance=[a for a in target if a is not None],
                 token_ids=[r.token_ids for r in outcome.results])
 
@@ -45,11 +47,10 @@ def run_one(engine: Engine, prompts: list[list[int]], run) -> dict:
 def suite_batch(args) -> dict:
     if args.batch_sizes[0] != 1:
         raise UserError(f"--batch-sizes {args.batch_sizes}: the first must be 1 (the one-at-a-time reference)")
-    from triforce.runtime.assets import kjv_books
     base = base_run(args, temperature=0.0)
     engine = Engine(dataclasses.replace(base, mode="triforce"))
-    ids = engine.tokenizer.encode(kjv_books(["Genesis", "Exodus"]))
     context = int(args.contexts[0])
+    ids = prompt_ids(engine, args, context * max(args.batch_sizes))
     prompts = [ids[i * context:(i + 1) * context] for i in range(max(args.batch_sizes))]
     rows, alone = [], {}
     runs = {mode: dataclasses.replace(base, mode=mode) for mode in args.modes}

@@ -37,6 +37,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <numeric>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -689,40 +690,95 @@ class DecoderPlan {
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor k, torch::Tensor v,
                     int64_t start, c10::optional<torch::Tensor> last_query) const {
     const int64_t B = x.size(0), T = x.size(1), E = x.size(2), N = B * T, stop = start + T;
-    const int64_t HD = H_ * D_, F = std::get<4>(linears_[2]) / 2;
-    TORCH_CHECK(k.dim() == 5 && k.size(0) == (int64_t)norm1_.size() && stop <= k.size(3),
-                "DecoderPlan.run: k [L, B, Hkv, capacity, D] with room for slots up to ", stop, ", got ", k.sizes());
+    check_pass(x, cos, sin, k, v, stop);
+    x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
+    // The layers' buffers, reused pass after pass (no allocation in the loop beyond attention's
+    // output and int8/int4 linears'); K/V and last_query views made once per pass.
+    thread_local Workspace buffers;
+    const Workspace::Views ws = buffers.views(N, E, H_ * D_ + 2 * Hkv_ * D_, ffn(), B, H_, T, D_, x.options());
+    const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
+    const std::vector<torch::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<torch::Tensor>();
+    layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
+      qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start, lqs.empty() ? torch::Tensor() : lqs[l]);
+      return attend_(ws.qr, keys[l], values[l], scale_, std::nullopt).view({N, H_ * D_});   // [B, T, H, D] as [N, HD]
+    });
+    return x.view({B, T, E});
+  }
+
+  // A packed pass (runtime/cache_packed.py): x [1, N, E], cos/sin [1, N, D] hold the new tokens of
+  // several sequences, sizes[i] of sequence i after those of the sequences before it; each
+  // sequence has its own cache k[i]/v[i] [L, 1, Hkv, capacity_i, D] whose slots [starts[i],
+  // starts[i] + sizes[i]) the pass writes (last_query[i] [L, 1, H, D] as run's). The linears run
+  // once over all N rows; each sequence's queries attend to its own cache only, so its rows are
+  // the bits `run` gives it alone.
+  torch::Tensor run_packed(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> k,
+                           std::vector<torch::Tensor> v, std::vector<int64_t> starts, std::vector<int64_t> sizes,
+                           std::vector<c10::optional<torch::Tensor>> last_query) const {
+    const int64_t N = x.size(1), E = x.size(2), HD = H_ * D_, n = (int64_t)sizes.size();
+    TORCH_CHECK(x.size(0) == 1 && n >= 1 && (int64_t)k.size() == n && (int64_t)v.size() == n && (int64_t)starts.size() == n &&
+                (int64_t)last_query.size() == n && std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == N,
+                "DecoderPlan.run_packed: x [1, N, E] and, per sequence, k, v, start, size (summing to N) and last_query expected");
+    std::vector<std::vector<torch::Tensor>> keys(n), values(n), lqs(n);
+    std::vector<int64_t> offset(n + 1, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      TORCH_CHECK(k[i].dim() == 5 && k[i].size(1) == 1, "DecoderPlan.run_packed: k [L, 1, Hkv, capacity, D] per sequence, got ", k[i].sizes());
+      offset[i + 1] = offset[i] + sizes[i];
+      check_pass(x.narrow(1, offset[i], sizes[i]), cos, sin, k[i], v[i], starts[i] + sizes[i]);
+      keys[i] = k[i].narrow(3, 0, starts[i] + sizes[i]).unbind(0);
+      values[i] = v[i].narrow(3, 0, starts[i] + sizes[i]).unbind(0);
+      if (last_query[i].has_value()) lqs[i] = last_query[i]->unbind(0);
+    }
+    x = x.reshape({N, E}).clone();
+    thread_local Workspace buffers;
+    const Workspace::Views ws = buffers.views(N, E, HD + 2 * Hkv_ * D_, ffn(), 1, H_, N, D_, x.options());
+    const torch::Tensor qflat = ws.qr.view({-1});
+    std::vector<torch::Tensor> parts(n);
+    layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t T = sizes[i];
+        const torch::Tensor qr = qflat.narrow(0, offset[i] * HD, T * HD).view({1, H_, T, D_});   // [1, H, T_i, D]
+        qkv_into_cache(qkv.narrow(0, offset[i], T), cos.narrow(1, offset[i], T), sin.narrow(1, offset[i], T), qr,
+                       keys[i][l], values[i][l], starts[i], lqs[i].empty() ? torch::Tensor() : lqs[i][l]);
+        parts[i] = attend_(qr, keys[i][l], values[i][l], scale_, std::nullopt).view({T, HD});   // [1, T_i, H, D] as [T_i, HD]
+      }
+      return n == 1 ? parts[0] : torch::cat(parts);                                             // [N, HD]
+    });
+    return x.view({1, N, E});
+  }
+
+ private:
+  int64_t ffn() const { return std::get<4>(linears_[2]) / 2; }
+
+  void check_pass(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& k,
+                  const torch::Tensor& v, int64_t stop) const {
+    TORCH_CHECK(k.dim() == 5 && k.size(0) == (int64_t)norm1_.size() && stop <= k.size(3) && v.sizes() == k.sizes(),
+                "DecoderPlan: k, v [L, B, Hkv, capacity, D] with room for slots up to ", stop, ", got ", k.sizes());
     const auto dtype = x.scalar_type();
     TORCH_CHECK((dtype == at::kBFloat16 || dtype == at::kFloat) && cos.scalar_type() == dtype && sin.scalar_type() == dtype &&
                 k.scalar_type() == dtype && v.scalar_type() == dtype && norm1_[0].scalar_type() == dtype &&
                 cos.size(2) == D_ && cos.stride(2) == 1 && sin.sizes() == cos.sizes() && sin.stride(2) == 1 &&
                 k.stride(4) == 1 && v.stride(4) == 1,
-                "DecoderPlan.run: x, cos/sin [B, T, D], k/v (unit stride in D) and the norms all bf16 or all fp32 expected");
-    x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
-    // The layers' buffers, reused pass after pass (no allocation in the loop beyond attention's
-    // output and int8/int4 linears'); K/V and last_query views made once per pass.
-    thread_local Workspace buffers;
-    const Workspace::Views ws = buffers.views(N, E, HD + 2 * Hkv_ * D_, F, B, H_, T, D_, x.options());
-    const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
-    const std::vector<torch::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<torch::Tensor>();
+                "DecoderPlan: x, cos/sin [B, T, D], k/v (unit stride in D) and the norms all bf16 or all fp32 expected");
+  }
+
+  // The decoder layers over the residual stream x [N, E] (updated in place); attention(l, qkv
+  // [N, (H + 2 Hkv) D]) writes layer l's new K/V into the cache(s) and returns its output [N, H D].
+  template <typename Attention>
+  void layers(torch::Tensor& x, const Workspace::Views& ws, Attention&& attention) const {
     torch::Tensor down;                                                                       // the last layer's MLP output
+    const int64_t F = ffn();
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
       add_rms_norm(x, down, norm1_[l], eps_, ws.xn);            // x += the last layer's down (none at l = 0); xn = norm(x)
       const torch::Tensor qkv = linear(ws.xn, lin[0], ws.qkv);                                // [N, HD + 2 KD]
-      qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start,
-                     lqs.empty() ? torch::Tensor() : lqs[l]);
-      auto attn = attend_(ws.qr, keys[l], values[l], scale_, std::nullopt);                  // [B, T, H, D]
-      add_rms_norm(x, linear(attn.view({N, HD}), lin[1], ws.o), norm2_[l], eps_, ws.xn);    // x += o; xn = norm(x)
+      add_rms_norm(x, linear(attention(l, qkv), lin[1], ws.o), norm2_[l], eps_, ws.xn);      // x += o; xn = norm(x)
       const torch::Tensor gate_up = linear(ws.xn, lin[2], ws.gate_up);                        // [N, 2F]
       silu_mul_into(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F), ws.act);
       down = linear(ws.act, lin[3], ws.down);
     }
     if (down.defined()) residual_add(x, down);
-    return x.view({B, T, E});
   }
 
- private:
   // y [N, O]: packed linears write `out` (the workspace's buffer), int8/int4 ones a new tensor
   torch::Tensor linear(const torch::Tensor& x, const LinearSpec& l, const torch::Tensor& out) const {
     const auto& [kind, packed, scales, bias, O] = l;
@@ -759,5 +815,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init<std::vector<torch::Tensor>, std::vector<torch::Tensor>, double, std::vector<LinearSpec>,
                     int64_t, int64_t, int64_t, double, py::capsule, c10::optional<py::capsule>, c10::optional<py::capsule>>())
       .def("run", &DecoderPlan::run, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"),
-           py::arg("start"), py::arg("last_query") = py::none());
+           py::arg("start"), py::arg("last_query") = py::none())
+      .def("run_packed", &DecoderPlan::run_packed, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"),
+           py::arg("starts"), py::arg("sizes"), py::arg("last_query"));
 }
