@@ -31,7 +31,7 @@ from triforce.runtime.flags import RUN_FLAGS as SHARED_RUN_FLAGS
 from triforce.runtime.batch_input import (MAX_MESSAGE_BYTES, check_defaults, error_record, pack, read_input,  # noqa: F401
                                  read_jobs, unpack)
 from triforce.runtime.batch_output import OutputFile, manifest_for
-from triforce.runtime.batch_replicas import Limits, LocalPool, RayPool, Replica, schedule  # noqa: F401
+from triforce.runtime.batch_replicas import Limits, LocalPool, RayPool, Replica, jobs_per_call, schedule  # noqa: F401
 from triforce.runtime.config import RunConfig, load_run_config
 from triforce.runtime.errors import UserError
 from triforce.runtime.io_utils import ProgressLine, clock
@@ -233,7 +233,7 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path, limits:
                       f"and batches of up to {defaults.batch_size} sequences each")
         pool = pool_cls(replicas, dataclasses.asdict(defaults), threads)
         try:
-            schedule(todo, pool, defaults.batch_size, on_record, on_event=progress.note, limits=limits)
+            schedule(todo, pool, jobs_per_call(defaults.batch_size), on_record, on_event=progress.note, limits=limits)
         finally:
             pool.close()
     progress.show(force=True)

@@ -21,6 +21,8 @@ from triforce.runtime.batch_input import MAX_MESSAGE_BYTES, check_params, error_
 from triforce.runtime.config import RunConfig, load_run_config
 from triforce.runtime.errors import UserError
 
+JOBS_PER_SLOT = 4              # a batched call (--batch-size B > 1) carries up to B x this many jobs: B decode
+                               # at once and a finished one's slot takes the next (decode_batched.generate_batch)
 MAX_ATTEMPTS = 2               # replica deaths a job run alone may cause before it is recorded as an error
 STICKY_DEVICE_ERRORS = ("CUDA error", "device-side assert", "CUBLAS_STATUS", "cuDNN error", "NCCL error")
 
@@ -78,8 +80,8 @@ class Replica:
                 records[job["id"]] = error_record(job["id"], job["line"], describe(e))
         outcomes = self.generate(ready)
         for (job, run, ids), outcome in zip(ready, outcomes):
-            together = len(ready)
-            if isinstance(outcome, BaseException) and not isinstance(outcome, UserError) and together > 1:
+            together = min(len(ready), max(1, self.defaults.batch_size))   # sequences that decoded at once
+            if isinstance(outcome, BaseException) and not isinstance(outcome, UserError) and len(ready) > 1:
                 outcome, together = self.generate([(job, run, ids)])[0], 1   # alone: a neighbour may have caused it
             self._check_sticky(outcome)
             record = records[job["id"]] = self.record(job, run, outcome)
@@ -99,7 +101,8 @@ class Replica:
             return []
         from triforce.runtime.decode_batched import generate_batch
         try:
-            return generate_batch(self.engine, [ids for _, _, ids in ready], [run for _, run, _ in ready]).results
+            return generate_batch(self.engine, [ids for _, _, ids in ready], [run for _, run, _ in ready],
+                                  slots=self.defaults.batch_size).results
         except Exception as e:   # noqa: BLE001 -- the batch as a whole failed: each job is retried alone
             return [e] * len(ready)
 
@@ -462,6 +465,12 @@ class Scheduler:
     def note(self, message: str) -> None:
         if self.on_event:
             self.on_event(message)
+
+
+def jobs_per_call(batch_size: int) -> int:
+    """Jobs handed to a replica per call: one unbatched, else JOBS_PER_SLOT per sequence slot, so
+    that slots refill as sequences finish (a fixed batch of B ends with sequences decoding alone)."""
+    return 1 if batch_size <= 1 else batch_size * JOBS_PER_SLOT
 
 
 def schedule(jobs: list[dict], pool, jobs_per_call: int, on_record, on_event=None, limits: Limits = Limits()) -> None:

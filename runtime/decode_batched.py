@@ -18,11 +18,17 @@ so their passes pack together too):
 Ragged lengths need no padding and no masks, so a sequence's tokens depend only on its own
 prompt and seed (greedy batched == one at a time, and a seeded record gives the same text
 whatever it is batched with).
+
+Sequences need different numbers of rounds (each accepts differently), so a fixed batch ends with
+its last sequences decoding alone (at 7K, 4 sequences of 64 tokens took 11-20 target rounds each
+and shared a target pass 2.8 at a time). With more prompts than `slots`, a finished sequence's
+slot takes the next prompt (continuous batching): its prefill chunks pack with the others' passes.
 """
 from __future__ import annotations
 
 import copy
 import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +43,7 @@ class Request:
     cache: object                     # the sequence's KVCache for this level
     last_only: int                    # logits rows wanted: the last n positions (0/False = all)
     logits: torch.Tensor | None = None
+    seconds: float = 0.0              # the packed pass's own wall time (not the wait for others' passes)
     error: BaseException | None = None
     done: bool = False
 
@@ -71,8 +78,9 @@ class Batcher:
         self.passes: dict[int, int] = {}       # id(model) -> packed passes run on those weights
         self.packed_rows: dict[int, int] = {}  # id(model) -> sequence-passes they served
 
-    def forward(self, model, tokens: torch.Tensor, cache, last_only: bool) -> torch.Tensor:
-        """Called from a sequence thread in place of model(tokens, cache, last_only)."""
+    def forward(self, model, tokens: torch.Tensor, cache, last_only: bool) -> Request:
+        """Called from a sequence thread in place of model(tokens, cache, last_only): the request,
+        done (its logits, and the seconds of the packed pass that served it)."""
         request = Request(model, tokens, cache, last_only)
         with self.cond:
             self.pending.append(request)
@@ -80,7 +88,7 @@ class Batcher:
             self.cond.wait_for(lambda: request.done)
         if request.error is not None:
             raise request.error
-        return request.logits
+        return request
 
     def finished(self) -> None:
         with self.cond:
@@ -97,9 +105,11 @@ class Batcher:
                 for r in self.pending:
                     groups.setdefault(id(r.model), []).append(r)
                 group = min(groups.values(), key=lambda g: weight_cost(g[0].model))
+                began = time.perf_counter()
                 try:
                     for r, logits in zip(group, packed_pass(group[0].model, group)):
                         r.logits = logits
+                        r.seconds = time.perf_counter() - began
                 except (RuntimeError, ValueError) as e:   # e.g. a cache's capacity: fail these sequences
                     for r in group:
                         r.error = e
@@ -113,16 +123,22 @@ class Batcher:
 
 
 class SequenceModel:
-    """Stands in for a model inside one sequence's levels: calls go to the batcher."""
+    """Stands in for a model inside one sequence's levels: calls go to the batcher. last_seconds:
+    the wall time of the packed pass that served the last call, what the level's pass cost is
+    (speculate.Level.feed, gamma.pass_seconds); the call itself also waited for other sequences'
+    passes on other weights, which a pass of this level does not cost."""
 
     def __init__(self, model, batcher: Batcher):
         self._model, self._batcher = model, batcher
+        self.last_seconds: float | None = None
 
     def __getattr__(self, name):
         return getattr(self._model, name)
 
     def __call__(self, tokens: torch.Tensor, cache, last_only: bool = False) -> torch.Tensor:
-        return self._batcher.forward(self._model, tokens, cache, last_only)
+        request = self._batcher.forward(self._model, tokens, cache, last_only)
+        self.last_seconds = request.seconds
+        return request.logits
 
 
 @dataclass
@@ -132,9 +148,11 @@ class BatchOutcome:
     packed_rows: dict = field(default_factory=dict)  # the same keys -> sequence-passes they served
 
 
-def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome:
+def generate_batch(engine, prompts: list[list[int]], runs: list, slots: int | None = None) -> BatchOutcome:
     """Engine.generate for several sequences at once (each with its own RunConfig): same tokens
-    as one at a time, with the model passes packed across sequences."""
+    as one at a time, with the model passes packed across sequences. At most `slots` sequences
+    decode together (None: all of them); when one finishes, its slot takes the next prompt
+    (continuous batching), so passes stay full while sequences that need more rounds finish."""
     from triforce.runtime.engine import DRAFTER_MODES
     for run in runs:   # load the drafter and build lower-level copies here, not inside a sequence thread
         if run.mode in DRAFTER_MODES and engine.drafter is None:
@@ -144,12 +162,17 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
         if run.mode in DRAFTER_MODES:
             engine.level_model(run, "drafter")
     lower = engine.__dict__.get("_level_models", {})
-    batcher = Batcher(len(prompts))
+    workers = min(len(prompts), slots or len(prompts))
+    batcher = Batcher(workers)
     outcome = BatchOutcome(results=[None] * len(prompts))
+    batch_costs: dict = {}   # --gamma auto's pass costs, shared by this batch's sequences only (not stored: a
+                             # packed pass costs more than a lone one, and later lone requests would read them)
+    todo = iter(range(len(prompts)))   # the next prompt for a free slot (next() is atomic under the GIL)
 
     def one(i: int) -> None:
         seq_engine = copy.copy(engine)   # shares weights and tokenizer; its models go through the batcher
         seq_engine.keep_prefill = False
+        seq_engine.pass_costs, seq_engine.stored_costs = batch_costs, False   # packed passes' costs: this batch's own
         seq_engine.model = SequenceModel(engine.model, batcher)
         seq_engine.drafter = SequenceModel(engine.drafter, batcher) if engine.drafter is not None else None
         seq_engine._level_models = {key: SequenceModel(m, batcher) for key, m in lower.items()}
@@ -157,11 +180,15 @@ def generate_batch(engine, prompts: list[list[int]], runs: list) -> BatchOutcome
             outcome.results[i] = seq_engine.generate(prompts[i], runs[i])
         except Exception as e:   # noqa: BLE001 -- handed back as this sequence's outcome, not swallowed
             outcome.results[i] = e
+
+    def slot() -> None:
+        try:
+            for i in todo:
+                one(i)
         finally:
             batcher.finished()
 
-    threads = [threading.Thread(target=one, args=(i,), name=f"triforce-seq-{i}", daemon=True)
-               for i in range(len(prompts))]
+    threads = [threading.Thread(target=slot, name=f"triforce-slot-{n}", daemon=True) for n in range(workers)]
     for t in threads:
         t.start()
     batcher.run_until_done()

@@ -56,6 +56,17 @@ class PassTimes:
         self.recent.append((T, seconds))
 
 
+def pass_timed(forward, *args, **kwargs) -> tuple[torch.Tensor, float]:
+    """(forward(*args, **kwargs), the seconds of that pass): its wall time, or for a model of
+    batched decoding (decode_batched.SequenceModel) the time of the packed pass that served it,
+    without the wait for other sequences' passes."""
+    began = time.perf_counter()
+    out = forward(*args, **kwargs)
+    seconds = time.perf_counter() - began
+    reported = getattr(forward, "last_seconds", None)
+    return out, seconds if reported is None else reported
+
+
 class Level:
     """One model reading one cache. Asked for the distributions at the last k positions of a
     sequence, it rolls its cache back to the longest prefix it shares with that sequence and
@@ -81,21 +92,21 @@ class Level:
         if keep < len(self.cached):
             self.cache.crop(keep)
         todo, logits = seq[keep:], None
-        start, moved = time.perf_counter(), self.traffic.total if self.traffic else 0
+        spent, moved = 0.0, self.traffic.total if self.traffic else 0
         for i in range(0, len(todo), self.max_pass):
             part = torch.tensor([todo[i:i + self.max_pass]], device=self.model.device)  # [1, T]
             final = i + self.max_pass >= len(todo)
             rows = keep_last if final and keep_last else 1   # logits rows anyone reads (1: a cheap row)
             if rows > 1 and not self.counts_rows:            # a model that only knows last_only True/False
                 rows = False
-            began = time.perf_counter()
-            out = self.forward(part, self.cache, last_only=rows)                         # [1, R, V]
-            self.times.add(part.shape[1], time.perf_counter() - began)
+            out, seconds = pass_timed(self.forward, part, self.cache, last_only=rows)   # [1, R, V]
+            self.times.add(part.shape[1], seconds)
+            spent += seconds
             if final and keep_last:
                 logits = out[0, -keep_last:]
             self.stats.passes += 1
         self.stats.fed_tokens += len(todo)
-        self.stats.seconds += time.perf_counter() - start
+        self.stats.seconds += spent
         self.stats.moved_bytes += self.traffic.total - moved if self.traffic else 0
         self.cached = list(seq)
         return logits

@@ -41,6 +41,17 @@ def test_batched_greedy_equals_one_at_a_time(engine, prompts, modes):
     assert outcome.packed_rows["target"] > outcome.passes["target"]   # passes really served several sequences
 
 
+def test_slots_refill_as_sequences_finish(engine, prompts):
+    """Continuous batching: 3 prompts in 2 slots, the third starts when a slot frees (its prefill
+    packs with the other's passes); every sequence still gives exactly its tokens alone."""
+    runs = [config(engine, mode=mode, max_new_tokens=n) for mode, n in (("triforce", 4), ("ar", 10), ("triforce", 8))]
+    alone = [engine.generate(p, r).token_ids for p, r in zip(prompts, runs)]
+    outcome = generate_batch(engine, prompts, runs, slots=2)
+    assert [r.token_ids for r in outcome.results] == alone
+    passes, rows = outcome.passes["target"], outcome.packed_rows["target"]
+    assert passes < rows <= 2 * passes   # packed, never more than 2 sequences a pass
+
+
 def test_batched_seeded_sampling_equals_one_at_a_time(engine, prompts):
     runs = [config(engine, mode="triforce", temperature=0.8, top_p=0.9, seed=i, max_new_tokens=8)
             for i in range(len(prompts))]
@@ -63,6 +74,21 @@ def test_replica_batch_mixes_modes_and_keeps_bad_records_apart(default_model_dir
     for record, job in ((a, jobs[0]), (c, jobs[2])):
         alone = replica.engine.generate(replica.engine.encode(job["prompt"]),
                                         RunConfig(**{"max_new_tokens": 6, **job["params"]}))
+        assert record["token_ids"] == alone.token_ids
+
+
+def test_replica_call_with_more_jobs_than_slots(default_model_dir, one_thread):
+    """`triforce batch --batch-size 2` hands a replica up to 2 x JOBS_PER_SLOT jobs a call: they
+    decode 2 at a time, slots refilling, each record as it would be alone."""
+    from triforce.runtime.batch_replicas import JOBS_PER_SLOT, jobs_per_call
+    assert jobs_per_call(1) == 1 and jobs_per_call(2) == 2 * JOBS_PER_SLOT
+    replica = Replica({"model": str(default_model_dir), "max_new_tokens": 5, "batch_size": 2})
+    jobs = [{"line": i + 1, "id": str(i), "prompt": text, "params": {"max_new_tokens": 3 + i}}
+            for i, text in enumerate(["The LORD is my shepherd;", "In the beginning God created", "Blessed is the man"])]
+    records = unpack(replica.run(pack({"jobs": jobs})))["results"]
+    assert [r["status"] for r in records] == ["ok"] * 3 and [r["stats"]["batch"] for r in records] == [2] * 3
+    for record, job in zip(records, jobs):
+        alone = replica.engine.generate(replica.engine.encode(job["prompt"]), RunConfig(**job["params"]))
         assert record["token_ids"] == alone.token_ids
 
 
