@@ -52,6 +52,21 @@ def test_slots_refill_as_sequences_finish(engine, prompts):
     assert passes < rows <= 2 * passes   # packed, never more than 2 sequences a pass
 
 
+def test_batched_gamma_auto_keeps_its_pass_costs_to_the_batch(engine, prompts, monkeypatch, tmp_path):
+    """A packed pass costs more than a lone one: --gamma auto's costs measured in a batch are the
+    batch's own, neither kept on the engine nor stored for later lone requests."""
+    monkeypatch.setenv("TRIFORCE_CACHE", str(tmp_path))
+    runs = [config(engine, mode="triforce", gamma="auto", gamma1=None, gamma2=None, max_new_tokens=6)] * 2
+    known = dict(engine.pass_costs)
+    alone = [engine.generate(p, r).token_ids for p, r in zip(prompts[:2], runs)]
+    assert engine.pass_costs != known and list((tmp_path / "pass_costs").iterdir())   # lone requests keep theirs
+    kept, stored = dict(engine.pass_costs), {f: f.read_bytes() for f in (tmp_path / "pass_costs").iterdir()}
+    outcome = generate_batch(engine, prompts[:2], runs)
+    assert [r.token_ids for r in outcome.results] == alone
+    assert all(r.stats["gamma"]["policy"] == "auto" and not r.stats["gamma"]["probe_reused"] for r in outcome.results[:1])
+    assert engine.pass_costs == kept and {f: f.read_bytes() for f in (tmp_path / "pass_costs").iterdir()} == stored
+
+
 def test_batched_seeded_sampling_equals_one_at_a_time(engine, prompts):
     runs = [config(engine, mode="triforce", temperature=0.8, top_p=0.9, seed=i, max_new_tokens=8)
             for i in range(len(prompts))]

@@ -311,3 +311,46 @@ def test_pass_cost_key_follows_what_a_pass_costs():
     assert pass_cost_key(same, 7168, (4, 12)) == key and pass_cost_key(run, 7000, (4, 12)) == key   # the same 1/8 octave
     assert pass_cost_key(run, 8192, (4, 12)) != key and pass_cost_key(run, 7168, (4, 5)) != key
     assert pass_cost_key(RunConfig(mode="triforce", gamma="auto", middle_weights="int8"), 7168, (4, 12)) != key
+
+
+def test_a_batched_pass_is_priced_at_the_packed_pass_not_the_wait_for_other_sequences(monkeypatch):
+    """In batched decoding a sequence's model call waits until every live sequence has asked for a
+    pass, and the batcher runs other weights' passes first: the call's wall time is not what a
+    pass of that level costs. Level.feed and the probe (speculate.pass_timed, gamma.pass_seconds)
+    take the packed pass's own seconds that the batcher reports."""
+    import threading
+    import time
+    from triforce.runtime import decode_batched as db
+    from triforce.runtime.speculate import pass_timed
+
+    def packed_pass(model, requests):   # a pass of 50 ms
+        time.sleep(0.05)
+        return [torch.zeros(1, 1, 4) for _ in requests]
+
+    monkeypatch.setattr(db, "packed_pass", packed_pass)
+    cfg = SimpleNamespace(num_layers=1, hidden_size=1, intermediate_size=1)
+    target, drafter = SimpleNamespace(cfg=cfg), SimpleNamespace(cfg=cfg)
+    batcher = db.Batcher(2)
+    a, b = db.SequenceModel(target, batcher), db.SequenceModel(drafter, batcher)
+    timed = {}
+
+    def seq_a():
+        began = time.perf_counter()
+        _, seconds = pass_timed(a, torch.zeros(1, 1), None)
+        timed["a"] = (time.perf_counter() - began, seconds)
+        batcher.finished()
+
+    def seq_b():   # works 300 ms before its own pass: sequence a's call waits that long
+        time.sleep(0.3)
+        b(torch.zeros(1, 1), None)
+        batcher.finished()
+
+    threads = [threading.Thread(target=f) for f in (seq_a, seq_b)]
+    for t in threads:
+        t.start()
+    batcher.run_until_done()
+    for t in threads:
+        t.join()
+    wall, seconds = timed["a"]
+    assert wall > 0.3                                            # the call waited for sequence b ...
+    assert a.last_seconds == seconds and 0.04 < seconds < 0.25   # ... the pass is priced at its own 50 ms
