@@ -155,7 +155,7 @@ def add_batch_parser(sub) -> None:
     p.add_argument("--threads", type=int, help="torch threads per replica (default: cores / replicas)")
     p.add_argument("--report", help="report directory (default: OUTPUT with .report instead of its suffix)")
     p.add_argument("--call-timeout", type=float, default=Limits.call_timeout,
-                   help=f"seconds a replica may take for one call (a batch of records; default {Limits.call_timeout:g})")
+                   help=f"seconds a replica may take for one call (one record, or up to 4 x --batch-size of them; default {Limits.call_timeout:g})")
     p.add_argument("--start-timeout", type=float, default=Limits.start_timeout,
                    help=f"seconds a replica may take to load its model (default {Limits.start_timeout:g})")
     p.add_argument("--max-start-failures", type=int, default=Limits.max_start_failures,
