@@ -50,3 +50,12 @@ def timed(fn, *args, **kwargs):
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)  # host sync: timing boundary only
     return result, time.perf_counter() - start
+
+
+def pass_timed(forward, *args, **kwargs) -> tuple[torch.Tensor, float]:
+    """timed(forward, ...) for one model pass: its wall time, or for a model of batched decoding
+    (decode_batched.SequenceModel) the time of the packed pass that served it, without the wait
+    for other sequences' passes on other weights."""
+    out, seconds = timed(forward, *args, **kwargs)
+    reported = getattr(forward, "last_seconds", None)
+    return out, seconds if reported is None else reported

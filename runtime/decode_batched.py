@@ -4,8 +4,8 @@ Each sequence runs the *unchanged* single-sequence code (Engine.generate: prefil
 per-sequence acceptance with its own seeded generator, rebuild policy) in its own thread. Only
 the forward passes are shared: a sequence's model call becomes a request to the Batcher, which
 waits until every live sequence is waiting on a pass, then runs the model's own forward once for
-all requests on the same weights (the middle level and the target share the target's weights,
-so their passes pack together too):
+all requests on the same weights (with `--middle-weights same` the middle level and the target
+share the target's weights, so their passes pack together too):
 
     requests   seq 0: 1 token  -> its FullCache         (target verifying)
                seq 1: 7 tokens -> its RetrievalCache    (middle level)
@@ -107,9 +107,10 @@ class Batcher:
                 group = min(groups.values(), key=lambda g: weight_cost(g[0].model))
                 began = time.perf_counter()
                 try:
-                    for r, logits in zip(group, packed_pass(group[0].model, group)):
-                        r.logits = logits
-                        r.seconds = time.perf_counter() - began
+                    logits = packed_pass(group[0].model, group)
+                    seconds = time.perf_counter() - began
+                    for r, rows in zip(group, logits):
+                        r.logits, r.seconds = rows, seconds
                 except (RuntimeError, ValueError) as e:   # e.g. a cache's capacity: fail these sequences
                     for r in group:
                         r.error = e

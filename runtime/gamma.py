@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from triforce.runtime.decode import timed
+from triforce.runtime.decode import pass_timed, timed
 
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
@@ -178,10 +178,9 @@ def pass_seconds(level, T: int) -> float:
     forward = getattr(level, "forward", level.model)   # a level's replayed passes (runtime/graphs.py) priced as run,
     if hasattr(forward, "prime"):                       # ... once captured
         forward.prime(x, level.cache)
-    _, seconds = timed(forward, x, level.cache, device=level.model.device)       # [1, T, V]; a GPU drained
+    _, seconds = pass_timed(forward, x, level.cache, device=level.model.device)   # [1, T, V]; a GPU drained
     level.cache.crop(n)
-    reported = getattr(forward, "last_seconds", None)   # batched decoding: the packed pass's own time
-    return seconds if reported is None else reported
+    return seconds
 
 
 def non_decreasing(points) -> tuple[tuple[int, float], ...]:

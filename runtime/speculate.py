@@ -15,7 +15,6 @@ is a valid draft for the target: stacking the rule twice is TriForce, lossless a
 """
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
@@ -23,6 +22,7 @@ import torch
 
 from triforce.runtime.accept import accept
 from triforce.runtime.cache import KVCache
+from triforce.runtime.decode import pass_timed
 from triforce.runtime.graphs import GraphedForward
 from triforce.runtime.lookup import NGRAM, TARGET_MATCH, ContextLookup
 from triforce.runtime.model import Transformer
@@ -54,17 +54,6 @@ class PassTimes:
 
     def add(self, T: int, seconds: float) -> None:
         self.recent.append((T, seconds))
-
-
-def pass_timed(forward, *args, **kwargs) -> tuple[torch.Tensor, float]:
-    """(forward(*args, **kwargs), the seconds of that pass): its wall time, or for a model of
-    batched decoding (decode_batched.SequenceModel) the time of the packed pass that served it,
-    without the wait for other sequences' passes."""
-    began = time.perf_counter()
-    out = forward(*args, **kwargs)
-    seconds = time.perf_counter() - began
-    reported = getattr(forward, "last_seconds", None)
-    return out, seconds if reported is None else reported
 
 
 class Level:

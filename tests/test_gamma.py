@@ -316,12 +316,12 @@ def test_pass_cost_key_follows_what_a_pass_costs():
 def test_a_batched_pass_is_priced_at_the_packed_pass_not_the_wait_for_other_sequences(monkeypatch):
     """In batched decoding a sequence's model call waits until every live sequence has asked for a
     pass, and the batcher runs other weights' passes first: the call's wall time is not what a
-    pass of that level costs. Level.feed and the probe (speculate.pass_timed, gamma.pass_seconds)
+    pass of that level costs. Level.feed and the probe (decode.pass_timed)
     take the packed pass's own seconds that the batcher reports."""
     import threading
     import time
     from triforce.runtime import decode_batched as db
-    from triforce.runtime.speculate import pass_timed
+    from triforce.runtime.decode import pass_timed
 
     def packed_pass(model, requests):   # a pass of 50 ms
         time.sleep(0.05)

@@ -4,7 +4,8 @@
         --modes ar triforce --budget 256 --threads 1 --out OUT
 
 Each configuration decodes B different passages of `context` tokens together (consecutive ones of
---prompt-file, else of the --corpus text; greedy, runtime/decode_batched.py) and reports generated tokens per second of *decode* wall time: from the
+--prompt-file, else of the --corpus text; greedy, runtime/decode_batched.py) and reports generated
+tokens per second of *decode* wall time: from the
 moment the last sequence finished its prefill to the moment the last one finished decoding
 (all sequences start together, so sequence i ends at prefill_s + decode_s after the start).
 Every batched run is also checked token for token against the same prompts decoded one at a
