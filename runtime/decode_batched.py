@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from triforce.runtime.cache_packed import PackedCache
+from triforce.runtime.quant import weight_bytes
 
 
 @dataclass(eq=False)
@@ -60,23 +61,33 @@ def packed_pass(model, requests: list[Request]) -> list[torch.Tensor]:
     return list(logits.split(wanted, dim=1))
 
 
-def weight_cost(model) -> int:
-    """Parameters a pass reads, roughly (layers x width^2): orders the drafter before the target."""
-    return model.cfg.num_layers * (model.cfg.hidden_size ** 2 + 3 * model.cfg.hidden_size * model.cfg.intermediate_size)
+def next_group(pending: list[Request], cost) -> list[Request]:
+    """The requests to run next: those on the weights whose pass reads the fewest bytes, cost(model)
+    (quant.weight_bytes: a quantized middle level is cheaper than the target it copies, though both
+    have the target's shape). Holding the dearer weights' requests lets sequences that drifted
+    apart gather again at the target, whose passes are the ones worth packing."""
+    groups: dict[int, list[Request]] = {}
+    for r in pending:
+        groups.setdefault(id(r.model), []).append(r)
+    return min(groups.values(), key=lambda g: cost(g[0].model))
 
 
 class Batcher:
     """Collects the forward passes of `live` sequence threads; when all of them wait, runs the
     requests on the cheapest weights waiting as one packed pass (in the thread of
-    run_until_done), wakes those sequences, and repeats until every sequence has finished.
-    Cheapest first: the drafter's passes cost little, and running them first lets sequences that
-    drift apart (each accepts differently) gather again at the target, whose passes are the ones
-    worth packing."""
+    run_until_done), wakes those sequences, and repeats until every sequence has finished
+    (next_group: cheapest weights first, so the target's passes pack every sequence)."""
 
     def __init__(self, live: int):
         self.live, self.pending, self.cond = live, [], threading.Condition()
         self.passes: dict[int, int] = {}       # id(model) -> packed passes run on those weights
         self.packed_rows: dict[int, int] = {}  # id(model) -> sequence-passes they served
+        self._bytes: dict[int, int] = {}       # id(model) -> weight_bytes(model), asked every pass
+
+    def weight_bytes(self, model) -> int:
+        if id(model) not in self._bytes:
+            self._bytes[id(model)] = weight_bytes(model)
+        return self._bytes[id(model)]
 
     def forward(self, model, tokens: torch.Tensor, cache, last_only: bool) -> Request:
         """Called from a sequence thread in place of model(tokens, cache, last_only): the request,
@@ -101,10 +112,7 @@ class Batcher:
                 self.cond.wait_for(lambda: self.live == 0 or len(self.pending) == self.live)
                 if self.live == 0:
                     return
-                groups: dict[int, list[Request]] = {}
-                for r in self.pending:
-                    groups.setdefault(id(r.model), []).append(r)
-                group = min(groups.values(), key=lambda g: weight_cost(g[0].model))
+                group = next_group(self.pending, self.weight_bytes)
                 began = time.perf_counter()
                 try:
                     logits = packed_pass(group[0].model, group)

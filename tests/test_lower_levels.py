@@ -185,6 +185,19 @@ def test_lower_level_copy_shares_embeddings_and_reports_its_bytes(tiny_target):
     assert lower_level_copy(tiny_target, "same") is tiny_target
 
 
+def test_batcher_runs_a_quantized_middle_levels_passes_before_the_targets(tiny_target):
+    """Batched decoding holds the dearer weights' requests: a quantized copy has the target's shape
+    but reads fewer bytes, so its sequences' passes run first, whatever order the requests came
+    in, and the target's pass packs the sequences gathered behind them."""
+    from triforce.runtime.decode_batched import Batcher, Request, next_group
+    middle = lower_level_copy(tiny_target, "int4")
+    batcher = Batcher(live=3)
+    assert batcher.weight_bytes(middle) == weight_bytes(middle) < weight_bytes(tiny_target)
+    for order in ((tiny_target, middle, tiny_target), (middle, tiny_target, tiny_target)):
+        pending = [Request(m, torch.zeros(1, 1, dtype=torch.long), None, 1) for m in order]
+        assert [r.model for r in next_group(pending, batcher.weight_bytes)] == [middle]
+
+
 def test_a_quantized_copy_may_compute_in_bf16_leaving_its_source_as_it_was(tiny_target):
     """An fp32 engine's quantized lower levels compute in bf16 on CPUs with the native kernels
     (Engine.lower_level_dtype): the copy converts its own embedding and norms, keeps its scales,
