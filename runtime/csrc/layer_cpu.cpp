@@ -194,6 +194,13 @@ inline void packed_tile(const uint16_t* x, int64_t ldx, const uint16_t* wb, int6
 // (tmm0..tmm3: 16 rows x 64 outputs), K/32 steps in order. Every row's sums take the same steps
 // whatever N and the thread count (row-invariant, as above). The x rows go in tiles of equal
 // height (<= 16), the last padded with zero rows (a copy of x, [tiles * rows, K]).
+// The weights stream from memory through tile loads, which the hardware prefetcher alone leaves
+// stalling (as packed_tile's products do): each step prefetches its blocks' 1 KB PREFETCH_AMX bytes
+// ahead into L1 (the first row tile's steps: the others find them cached). The target's 120 decoder
+// linears at 1 / 4 / 8 rows, in one process against no prefetch (2-core Xeon): median 13.6 / 13.5 /
+// 13.9 -> 11.0 / 11.4 / 11.6 ms (1, 2 and 4 KB ahead about alike; into L2 a little slower); `ar`
+// at 7K 29.1 -> 26.5 ms/token (docs/BENCHMARKS.md, round 28).
+constexpr int64_t PREFETCH_AMX = 2048;
 // Blocks [begin, end) (tiles configured by the caller: amx_begin(rows)).
 void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, int64_t K, const float* bias,
                 at::BFloat16* y, int64_t O, int64_t begin, int64_t end) {
@@ -206,6 +213,10 @@ void packed_amx(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* wp, i
       const uint16_t* xt = x + t * rows * ldx;
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (int64_t k = 0; k < K; k += 32) {
+        if (t == 0)   // (past a block's end it touches the next block: harmless)
+          for (int64_t m = 0; m < nb; ++m)
+            for (int64_t line = 0; line < 1024; line += 64)
+              _mm_prefetch(reinterpret_cast<const char*>(wb + m * bstride + k * 16) + PREFETCH_AMX + line, _MM_HINT_T0);
         _tile_loadd(4, xt + k, ldx * 2);
         _tile_loadd(5, wb + k * 16, 64); _tile_dpbf16ps(0, 4, 5);
         if (nb > 1) { _tile_loadd(6, wb + bstride + k * 16, 64); _tile_dpbf16ps(1, 4, 6); }
