@@ -1,5 +1,5 @@
 """A model's decoder linears (packed, bf16 or fp32) at N rows, builds of this tree's layer_cpu.cpp
-with sed edits, interleaved; outputs asserted equal. python lin_var.py DTYPE REPS name=SED ..."""
+with sed edits (name=SED) or other files (name=@FILE), interleaved; outputs asserted equal. python lin_var.py DTYPE REPS name=SED ..."""
 import statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 import torch
@@ -17,8 +17,9 @@ unit = 2 if tdt == torch.bfloat16 else 1
 mods = {"base": layer_cpu()}
 for spec in sys.argv[3:]:
     name, expr = spec.split("=", 1)
-    d = Path(tempfile.mkdtemp()); f = d / "layer.cpp"; f.write_text((CSRC / "layer_cpu.cpp").read_text())
-    subprocess.run(["sed", "-i", "-E", expr, str(f)], check=True)
+    d = Path(tempfile.mkdtemp()); f = d / "layer.cpp"
+    f.write_text(Path(expr[1:]).read_text() if expr.startswith("@") else (CSRC / "layer_cpu.cpp").read_text())
+    if not expr.startswith("@"): subprocess.run(["sed", "-i", "-E", expr, str(f)], check=True)
     mods[name] = cpp_extension.load(name=f"tf_linv_{name}", sources=[str(f)], build_directory=str(d),
         extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", f"-I{CSRC}"], extra_ldflags=["-fopenmp"])
 Ns = (1, 4, 8)
