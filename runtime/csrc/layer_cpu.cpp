@@ -742,15 +742,18 @@ class DecoderPlan {
     x = x.reshape({N, E}).clone();
     thread_local Workspace buffers;
     const Workspace::Views ws = buffers.views(N, E, HD + 2 * Hkv_ * D_, ffn(), 1, H_, N, D_, x.options());
+    // each sequence's rows of the workspace's queries and of cos/sin, viewed once per pass (not per layer)
+    std::vector<torch::Tensor> qrs(n), coss(n), sins(n), parts(n);
     const torch::Tensor qflat = ws.qr.view({-1});
-    std::vector<torch::Tensor> parts(n);
+    for (int64_t i = 0; i < n; ++i) {
+      qrs[i] = qflat.narrow(0, offset[i] * HD, sizes[i] * HD).view({1, H_, sizes[i], D_});   // [1, H, T_i, D]
+      coss[i] = cos.narrow(1, offset[i], sizes[i]), sins[i] = sin.narrow(1, offset[i], sizes[i]);
+    }
     layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t T = sizes[i];
-        const torch::Tensor qr = qflat.narrow(0, offset[i] * HD, T * HD).view({1, H_, T, D_});   // [1, H, T_i, D]
-        qkv_into_cache(qkv.narrow(0, offset[i], T), cos.narrow(1, offset[i], T), sin.narrow(1, offset[i], T), qr,
+        qkv_into_cache(qkv.narrow(0, offset[i], sizes[i]), coss[i], sins[i], qrs[i],
                        keys[i][l], values[i][l], starts[i], lqs[i].empty() ? torch::Tensor() : lqs[i][l]);
-        parts[i] = attend_(qr, keys[i][l], values[i][l], scale_, std::nullopt).view({T, HD});   // [1, T_i, H, D] as [T_i, HD]
+        parts[i] = attend_(qrs[i], keys[i][l], values[i][l], scale_, std::nullopt).view({sizes[i], HD});   // [1, T_i, H, D] as [T_i, HD]
       }
       return n == 1 ? parts[0] : torch::cat(parts);                                             // [N, HD]
     });
