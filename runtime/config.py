@@ -182,6 +182,7 @@ WEIGHT_KINDS = ("same", "int8", "int4")  # lower levels' weights (runtime/quant.
 GAMMAS = (2, 6)  # gamma1, gamma2 when gamma is fixed and they are not set
 AUTO_DRAFT_VOCAB = 4096  # the drafter head's size when draft_vocab is auto (RunConfig.lower_levels)
 AUTO_BUDGET = (1024, 4096)  # the retrieval budget RunConfig.budget_for picks when none is set: its bounds
+AUTO_BUDGET_SHARE = (4096, 60_000)  # ... and its share of the context (budget tokens per context tokens)
 
 
 @dataclass(frozen=True)
@@ -317,15 +318,17 @@ class RunConfig:
         return self
 
     def budget_for(self, context: int) -> int:
-        """The middle level's KV budget over `context` tokens: retrieval_budget when set, else the
-        paper's share (a 4K budget for 120K tokens, about 3.4%) in whole chunks, at least
-        AUTO_BUDGET[0] and at most AUTO_BUDGET[1] tokens. A budget near the context buys the
-        middle level little over the target: at 7K, 4,096 made `triforce` 1.3x slower than 1,024
-        (docs/BENCHMARKS.md, round 14)."""
+        """The middle level's KV budget over `context` tokens: retrieval_budget when set, else
+        AUTO_BUDGET_SHARE of the context in whole chunks, at least AUTO_BUDGET[0] and at most
+        AUTO_BUDGET[1] tokens. The share is twice the paper's (4K of 120K): at 32K, 2,184 tokens
+        made greedy `triforce` 1.14-1.16x faster than 1,088 on two prompts and tied at T = 0.6
+        (docs/BENCHMARKS.md, round 29). A budget near the context buys the middle level little
+        over the target: at 7K, 4,096 made `triforce` 1.3x slower than 1,024 (round 14)."""
         if self.retrieval_budget is not None:
             return self.retrieval_budget
         low, high = AUTO_BUDGET
-        return min(high, max(low, context * 4096 // 120_000)) // self.chunk_size * self.chunk_size
+        share = context * AUTO_BUDGET_SHARE[0] // AUTO_BUDGET_SHARE[1]
+        return min(high, max(low, share)) // self.chunk_size * self.chunk_size
 
     def lower_levels(self, quantized: bool, counted: bool) -> "RunConfig":
         """This run with its "auto" lower-level settings made concrete (explicit ones are kept).

@@ -42,7 +42,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    "fixed: --gamma1/--gamma2, default 2 and 6. Unset: auto for greedy requests, fixed for sampled ones "
                    "(so a seed reproduces them) and whenever --gamma1/--gamma2 are set")
     p.add_argument("--retrieval-budget", type=int,
-                   help="middle-level KV budget in tokens (default: about 3.4%% of the context, 1024-4096)")
+                   help="middle-level KV budget in tokens (default: about 6.8%% of the context, 1024-4096)")
     p.add_argument("--chunk-size", type=int, help="retrieval chunk length in tokens")
     p.add_argument("--retrieval-recent", type=int, help="tokens at the end of the context the retrieval cache always keeps")
     p.add_argument("--retrieval-rebuild", help="never | every:N | below:X")

@@ -38,14 +38,14 @@ def test_mode_table_is_data():
 
 
 def test_retrieval_budget_follows_the_context_unless_set():
-    """Unset, the middle level's budget is the paper's share of the context (4K of 120K) in whole
-    chunks, between 1,024 and 4,096; set, it is what was set; a chunk size whose two chunks do not
-    fit the smallest automatic budget is refused."""
+    """Unset, the middle level's budget is twice the paper's share of the context (4K of 60K) in
+    whole chunks, between 1,024 and 4,096; set, it is what was set; a chunk size whose two chunks
+    do not fit the smallest automatic budget is refused."""
     auto = RunConfig(chunk_size=8)
-    assert [auto.budget_for(n) for n in (0, 7_000, 32_000, 64_000, 120_000, 500_000)] == [1024, 1024, 1088, 2184, 4096, 4096]
-    assert RunConfig(chunk_size=48).budget_for(64_000) == 2160                # a whole number of chunks
-    assert RunConfig(retrieval_budget=512).budget_for(64_000) == 512
-    specs, _ = mode_levels(RunConfig(mode="triforce"), 64_000)
+    assert [auto.budget_for(n) for n in (0, 7_000, 16_000, 32_000, 64_000, 500_000)] == [1024, 1024, 1088, 2184, 4096, 4096]
+    assert RunConfig(chunk_size=48).budget_for(32_000) == 2160                # a whole number of chunks
+    assert RunConfig(retrieval_budget=512).budget_for(32_000) == 512
+    specs, _ = mode_levels(RunConfig(mode="triforce"), 32_000)
     assert specs[1].cache.budget == 2184 and specs[1].cache.recent == 256
     with pytest.raises(UserError, match="retrieval_budget 600 must hold at least two chunks of chunk_size 600"):
         RunConfig(chunk_size=600).validate()
