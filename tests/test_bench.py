@@ -10,6 +10,7 @@ import torch
 from triforce.runtime.bench import repro
 from triforce.runtime.bench.registry import SUITES, get_suite
 from triforce.runtime.cli import main
+from triforce.runtime.config import RunConfig
 from triforce.runtime.errors import UserError
 
 transformers = pytest.importorskip("transformers")
@@ -73,6 +74,21 @@ def test_smoke_suite_writes_every_file(tiny_pair, tmp_path, capsys):
     ablations = json.loads((out / "ablations.json").read_text())
     assert {r["param"] for r in ablations["rows"]} == set(ablations["sweeps"])
     assert "| peers" not in capsys.readouterr().err
+
+
+def test_modes_suite_runs_the_budget_generate_picks_unless_one_is_set(tiny_pair, tmp_path):
+    """Without --budget the suites measure the retrieval budget `triforce generate` would pick for
+    the context (RunConfig.budget_for); each row and the Markdown say which budget ran."""
+    target, drafter = tiny_pair
+    args = ["bench", "--suite", "modes", "--model", str(target), "--draft-model", str(drafter), "--contexts", "64",
+            "--temperatures", "0", "--modes", "ar", "triforce", "--new-tokens", "2", "--repeats", "1", "--threads", "1"]
+    for budget, out in ((None, tmp_path / "auto"), (32, tmp_path / "set")):
+        assert main(args + (["--budget", str(budget)] if budget else []) + ["--out", str(out)]) == 0
+        rows = json.loads((out / "modes.json").read_text())["rows"]
+        ar, triforce = (next(r for r in rows if r["mode"] == m) for m in ("ar", "triforce"))
+        expected = budget or RunConfig().budget_for(64 + 2)
+        assert triforce["budget"] == expected and "budget" not in ar
+        assert f"Retrieval budget (tokens): {expected} at 64 tokens of context." in (out / "modes.md").read_text()
 
 
 def test_every_suite_is_registered_and_unknown_ones_are_refused(capsys):

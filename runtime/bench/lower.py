@@ -93,7 +93,7 @@ def suite_lower(args: argparse.Namespace) -> dict:
                 logits = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
                 q = probs_from_logits(logits, params)
                 agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
-                rows.append(dict(context=context, temperature=temperature, weights=spec, budget=run.retrieval_budget,
+                rows.append(dict(context=context, temperature=temperature, weights=spec, budget=request.budget_for(len(seq) + 8),
                                  tokens=n, weight_bytes=weight_bytes(models[spec]),
                                  greedy_agreement=round(agree, 4),
                                  expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4)))

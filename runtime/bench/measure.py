@@ -116,6 +116,9 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
                acceptance={n: lv["acceptance"] for n, lv in levels.items() if lv["acceptance"] is not None},
                copied={n: [lv["copied_accepted"], lv["copied"]] for n, lv in levels.items() if lv["copied"]},
                levels=levels)
+    budgets = [lv["budget"] for lv in stats[0]["levels"].values() if "budget" in lv]
+    if budgets:   # the retrieval level's (set, or the one RunConfig.budget_for picked for this context)
+        row["budget"] = budgets[0]
     if "gamma" in stats[0]:   # --gamma auto: what it chose, over the repeats, and what its probes cost
         rounds = Counter()
         for s in stats:

@@ -246,6 +246,10 @@ def table_modes(report: dict) -> str:
             for r in report["rows"]]
     table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "x ar (paired)", "tokens/target pass",
                             "acceptance", "own prefill s", "request s", "request x ar"], body)
+    budgets = {r["context"]: r["budget"] for r in report["rows"] if r.get("budget")}
+    if budgets:
+        table += ("\n\nRetrieval budget (tokens): "
+                  + ", ".join(f"{b} at {c} tokens of context" for c, b in budgets.items()) + ".")
     if report.get("target_prefill_s"):
         table += ("\n\nTarget prefill, computed once per context and reused by every mode: "
                   + ", ".join(f"{k} tokens {v:.1f} s" for k, v in report["target_prefill_s"].items()) + ".")
@@ -283,8 +287,8 @@ def suite_ablations(args: argparse.Namespace) -> dict:
             row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
             rows.append(row)
             print(table_ablations(dict(rows=[row])).splitlines()[-1], flush=True)
-    return dict(suite="ablations", context=len(ids), base=dict(budget=run.retrieval_budget, chunk_size=run.chunk_size,
-                gamma1=run.gammas[0], gamma2=run.gammas[1], temperature=run.temperature, top_p=run.top_p,
+    return dict(suite="ablations", context=len(ids), base=dict(budget=run.budget_for(len(ids) + run.max_new_tokens),
+                chunk_size=run.chunk_size, gamma1=run.gammas[0], gamma2=run.gammas[1], temperature=run.temperature, top_p=run.top_p,
                 rebuild=run.retrieval_rebuild), new_tokens=run.max_new_tokens, repeats=args.repeats, ar=ar,
                 sweeps={p: SWEEPS[p][2] for p in args.sweeps}, rows=rows)
 
