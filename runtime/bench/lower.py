@@ -3,7 +3,7 @@ weight kind, measured directly instead of through a noisy end-to-end run.
 
 Teacher forcing: the target continues the prompt (`--new-tokens` tokens, greedy at T = 0, sampled
 at T > 0), then the target on its full cache and the middle level (a quantized copy of the target
-on its retrieval cache of `--budget` tokens) each read prompt + continuation in one pass. At every
+on its retrieval cache of `--budget` tokens, by default the budget `triforce generate` picks) each read prompt + continuation in one pass. At every
 continuation position:
     greedy agreement     the two argmaxes agree (at T = 0: the chance a greedy draft is accepted)
     expected acceptance  sum over the vocabulary of min(p, q) with p, q the two levels' sampling
