@@ -3,8 +3,8 @@ weight kind, measured directly instead of through a noisy end-to-end run.
 
 Teacher forcing: the target continues the prompt (`--new-tokens` tokens, greedy at T = 0, sampled
 at T > 0), then the target on its full cache and the middle level (a quantized copy of the target
-on its retrieval cache of `--budget` tokens, by default the budget `triforce generate` picks) each read prompt + continuation in one pass. At every
-continuation position:
+on its retrieval cache of `--budget` tokens, by default the budget `triforce generate` picks)
+each read prompt + continuation in one pass. At every continuation position:
     greedy agreement     the two argmaxes agree (at T = 0: the chance a greedy draft is accepted)
     expected acceptance  sum over the vocabulary of min(p, q) with p, q the two levels' sampling
                          distributions at T (top-p included): exactly the probability that the
@@ -93,8 +93,8 @@ def suite_lower(args: argparse.Namespace) -> dict:
                 logits = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
                 q = probs_from_logits(logits, params)
                 agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
-                rows.append(dict(context=context, temperature=temperature, weights=spec, budget=request.budget_for(len(seq) + 8),
-                                 tokens=n, weight_bytes=weight_bytes(models[spec]),
+                rows.append(dict(context=context, temperature=temperature, weights=spec,
+                                 budget=request.budget_for(len(seq) + 8), tokens=n, weight_bytes=weight_bytes(models[spec]),
                                  greedy_agreement=round(agree, 4),
                                  expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4)))
                 print(table_lower(dict(rows=[rows[-1]])).splitlines()[-1], flush=True)

@@ -288,8 +288,8 @@ def suite_ablations(args: argparse.Namespace) -> dict:
             rows.append(row)
             print(table_ablations(dict(rows=[row])).splitlines()[-1], flush=True)
     return dict(suite="ablations", context=len(ids), base=dict(budget=run.budget_for(len(ids) + run.max_new_tokens),
-                chunk_size=run.chunk_size, gamma1=run.gammas[0], gamma2=run.gammas[1], temperature=run.temperature, top_p=run.top_p,
-                rebuild=run.retrieval_rebuild), new_tokens=run.max_new_tokens, repeats=args.repeats, ar=ar,
+                chunk_size=run.chunk_size, gamma1=run.gammas[0], gamma2=run.gammas[1], temperature=run.temperature,
+                top_p=run.top_p, rebuild=run.retrieval_rebuild), new_tokens=run.max_new_tokens, repeats=args.repeats, ar=ar,
                 sweeps={p: SWEEPS[p][2] for p in args.sweeps}, rows=rows)
 
 
