@@ -54,11 +54,13 @@ def teacher_forced(engine: Engine, request, ids: list[int]) -> tuple[Level, list
     return target, seq, target_logits
 
 
-def middle_logits(engine: Engine, request, model, target: Level, ids: list[int], seq: list[int]) -> torch.Tensor:
+def middle_logits(engine: Engine, request, model, target: Level, ids: list[int],
+                  seq: list[int]) -> tuple[torch.Tensor, int]:
     """request's middle level on `model`, selected from teacher_forced's target over the prompt,
-    reading seq in one pass: its logits at each continuation position [n, V]."""
+    reading seq in one pass: its logits at each continuation position [n, V], and the budget of
+    the retrieval cache it read (set, or the one RunConfig.budget_for picked)."""
     middle = middle_level(engine, request, model, target, len(ids) - 1, len(seq) + 8)
-    return middle.feed(seq[:-1], keep_last=len(seq) - len(ids))
+    return middle.feed(seq[:-1], keep_last=len(seq) - len(ids)), middle.cache.budget
 
 
 def middle_level(engine: Engine, run, model, target: Level, context: int, capacity: int) -> Level:
@@ -90,11 +92,11 @@ def suite_lower(args: argparse.Namespace) -> dict:
             n = len(seq) - len(ids)
             p = probs_from_logits(target_logits, params)
             for spec in args.lower_weights:
-                logits = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
+                logits, budget = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
                 q = probs_from_logits(logits, params)
                 agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
                 rows.append(dict(context=context, temperature=temperature, weights=spec,
-                                 budget=request.budget_for(len(seq) + 8), tokens=n, weight_bytes=weight_bytes(models[spec]),
+                                 budget=budget, tokens=n, weight_bytes=weight_bytes(models[spec]),
                                  greedy_agreement=round(agree, 4),
                                  expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4)))
                 print(table_lower(dict(rows=[rows[-1]])).splitlines()[-1], flush=True)

@@ -17,7 +17,7 @@ ids = prompt_ids(engine, argparse.Namespace(prompt_file=None, corpus="essays"), 
 model = lower_level_copy(engine.model, "int4")
 with torch.inference_mode():
     target, seq, tl = teacher_forced(engine, run, ids)
-    ml = middle_logits(engine, run, model, target, ids, seq)
+    ml = middle_logits(engine, run, model, target, ids, seq)[0]
 params = SamplingParams(temperature=T, top_p=0.9)
 acc = torch.minimum(probs_from_logits(tl, params), probs_from_logits(ml, params)).sum(-1)
 agree = (tl.argmax(-1) == ml.argmax(-1)).float()

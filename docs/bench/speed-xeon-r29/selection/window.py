@@ -38,7 +38,7 @@ with torch.inference_mode():
         agree = (tl.argmax(-1) == ml.argmax(-1)).float()
         parts = " ".join(f"{agree[i:i+32].mean():.2f}" for i in range(0, len(agree), 32))
         print(f"{name}: agreement {agree.mean():.3f} expected {acc.mean():.3f} | by 32: {parts}", flush=True)
-    report("default", middle_logits(engine, run, model, target, ids, seq))
+    report("default", middle_logits(engine, run, model, target, ids, seq)[0])
     for w in windows:
         for pool in (1, 3):
             layer = [0]
@@ -53,5 +53,5 @@ with torch.inference_mode():
                     m = torch.nn.functional.max_pool1d(m, pool, stride=1, padding=pool // 2)
                 return m
             cr.chunk_scores = scores
-            report(f"W={w} pool={pool}", middle_logits(engine, run, model, target, ids, seq))
+            report(f"W={w} pool={pool}", middle_logits(engine, run, model, target, ids, seq)[0])
             cr.chunk_scores = default_scores
