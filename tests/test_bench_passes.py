@@ -39,6 +39,10 @@ def test_passes_suite_rows_follow_the_roofline_accounting(tiny_pair, tmp_path): 
         assert r["roofline_ms"] == pytest.approx(roof, rel=1e-2, abs=2e-3)
         assert r["x_roofline"] == pytest.approx(r["ms"] / r["roofline_ms"], rel=0.05)
         assert len(r["ms_all"]) == 1 and r["ms_all"][0] == pytest.approx(r["ms"], abs=1e-3)   # every repeat kept
+        # the bandwidth read around the row, and the row against the roofline at it
+        paired = max(r["bytes"] / r["paired_read_gbs"] / 1e6, r["flops"] / report["matmul_peak_gflops"] / 1e6)
+        assert r["paired_read_gbs"] > 0 and r["x_roofline_paired"] == pytest.approx(r["ms"] / paired, rel=0.05, abs=0.01)
+    assert "x roofline (paired)" in (out / "passes.md").read_text()
     assert (out / "passes_ms.png").read_bytes()[:4] == b"\x89PNG"
 
 

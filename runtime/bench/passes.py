@@ -13,6 +13,12 @@ Roofline of a pass = max(bytes / read bandwidth, FLOPs / matmul peak), both meas
   FLOPs = 2 * (matmul parameters, head included) * T  +  4 * L * H * D * S_level * T (QK^T and PV)
 The full cache is filled with random K/V (attention's cost does not depend on the values), so a
 32K context needs no 32K prefill; the tokens fed are the prompt's (`--prompt-file`, or the corpus).
+
+The read bandwidth is probed once at the start (the roofline's figure), and again just before and
+just after each row's passes (`paired_read_gbs`, their mean; `x_roofline_paired`, the row's
+median against the roofline at that bandwidth): on a shared host whose bandwidth drifts within a
+run, the paired ratio is what the pass made of the bandwidth it had. (Not a probe between repeats:
+reading the probe's buffer would evict what consecutive passes, as in decoding, find in the caches.)
 """
 from __future__ import annotations
 
@@ -110,6 +116,8 @@ def suite_passes(args: argparse.Namespace) -> dict:
     dtype, device = engine.model.dtype, engine.device
     megabytes = max(args.bandwidth_mb, 8192) if device.type == "cuda" else args.bandwidth_mb  # far beyond the L2
     bandwidth = read_bandwidth_gbs(megabytes=megabytes, device=device)
+    probe_buffer = torch.ones(min(megabytes, 2048) * 2**20 // 4, dtype=torch.float32, device=device)  # paired probes
+    probe = timed(probe_buffer.sum, device)
     peak = matmul_peak_gflops(dtype, device)
     print(f"[passes] {device}: read bandwidth {bandwidth:.1f} GB/s, {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
     graphs = getattr(args, "cuda_graph", False)
@@ -130,16 +138,20 @@ def suite_passes(args: argparse.Namespace) -> dict:
             kv_tokens = level.cache.length  # the slots a pass attends to
             for T in args.pass_tokens:
                 tokens = ids[S - T + 1:S + 1] if S >= T else ids[:T]
+                before = probe()
                 seconds = time_pass(level, tokens, args.repeats)
+                paired = probe_buffer.numel() * 4 / ((before + probe()) / 2) / 1e9   # GB/s around the row
                 ms = 1000 * statistics.median(seconds)
                 nbytes, flops = pass_cost(level.model, kv_tokens, T)
                 roof = 1000 * max(nbytes / (bandwidth * 1e9), flops / (peak * 1e9))
+                roof_paired = 1000 * max(nbytes / (paired * 1e9), flops / (peak * 1e9))
                 ar_like.setdefault(name, ms)
                 row = dict(context=S, level=name, T=T, kv_tokens=kv_tokens, ms=round(ms, 3),
                            bytes=nbytes, flops=flops, gb_per_s=round(nbytes / ms / 1e6, 2),
                            gflop_per_s=round(flops / ms / 1e6, 1), roofline_ms=round(roof, 3),
                            memory_floor_ms=round(1000 * nbytes / (bandwidth * 1e9), 3),
                            x_roofline=round(ms / roof, 2), x_t1=round(ms / ar_like[name], 2),
+                           paired_read_gbs=round(paired, 2), x_roofline_paired=round(ms / roof_paired, 2),
                            ms_all=[round(1000 * t, 3) for t in seconds])   # every repeat: a noisy host's spread
                 if graphs:
                     replayed = time_graph_pass(level, tokens, args.repeats)
@@ -160,14 +172,17 @@ def table_passes(report: dict) -> str:
     graphs = any("graph_ms" in r for r in report["rows"])
     body = [[str(r["context"]), r["level"], str(r["kv_tokens"]), str(r["T"]), fmt(r["ms"], ".2f"),
              fmt(r["gb_per_s"], ".1f"), fmt(r["gflop_per_s"], ".0f"), fmt(r["roofline_ms"], ".2f"),
-             fmt(r["x_roofline"], ".2f"), fmt(r["x_t1"], ".2f")]
+             fmt(r["x_roofline"], ".2f"), fmt(r.get("paired_read_gbs"), ".1f"), fmt(r.get("x_roofline_paired"), ".2f"),
+             fmt(r["x_t1"], ".2f")]
             + ([graph_cell(r.get("graph_ms"))] if graphs else []) for r in report["rows"]]
     table = markdown_table(["context", "level", "KV tokens", "T", "ms", "GB/s", "GFLOP/s", "roofline ms",
-                            "x roofline", "x T=1"] + (["CUDA graph ms"] if graphs else []), body)
+                            "x roofline", "paired GB/s", "x roofline (paired)", "x T=1"]
+                           + (["CUDA graph ms"] if graphs else []), body)
     if "read_bandwidth_gbs" in report:
         table += (f"\n\nRoofline = max(bytes / {report['read_bandwidth_gbs']} GB/s, FLOPs / "
                   f"{report['matmul_peak_gflops']} GFLOP/s), both measured in this run on "
-                  f"{report.get('device', 'cpu')}; {report['dtype']}.")
+                  f"{report.get('device', 'cpu')}; {report['dtype']}. Paired: the bandwidth read just before "
+                  f"and after the row's passes (their mean), and the row against the roofline at it.")
     if "weights" in report:
         table += f" Weights: {report['weights']}."
     return table
