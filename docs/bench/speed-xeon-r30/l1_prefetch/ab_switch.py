@@ -1,5 +1,4 @@
 """In-process A/B of the held items' L1 prefetch (toggle.patch: attention_cpu.set_l1): a level's T-token pass at S, off (0) and on (1) alternated pass by pass in both orders.
-one): a level's T-token pass at S, off (0) and on (1) alternated pass by pass in both orders.
     ab_switch.py MODULE SETTER LEVEL S T,T,... REPS [bf16|fp32]
 e.g. ab_switch.py attention_cpu set_words target 8000 1,4,8 30     (v_in_place/)
      ab_switch.py layer_cpu set_steal target 32000 1,4,8 16 fp32   (steal/)
