@@ -116,7 +116,9 @@ def suite_passes(args: argparse.Namespace) -> dict:
     dtype, device = engine.model.dtype, engine.device
     megabytes = max(args.bandwidth_mb, 8192) if device.type == "cuda" else args.bandwidth_mb  # far beyond the L2
     bandwidth = read_bandwidth_gbs(megabytes=megabytes, device=device)
-    probe_buffer = torch.ones(min(megabytes, 2048) * 2**20 // 4, dtype=torch.float32, device=device)  # paired probes
+    # the paired probes' buffer: past the caches (a GPU's L2 holds tens of MB), small beside the levels' memory
+    paired_mb = min(megabytes, 512 if device.type == "cuda" else 2048)
+    probe_buffer = torch.ones(paired_mb * 2**20 // 4, dtype=torch.float32, device=device)
     probe = timed(probe_buffer.sum, device)
     peak = matmul_peak_gflops(dtype, device)
     print(f"[passes] {device}: read bandwidth {bandwidth:.1f} GB/s, {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
