@@ -98,8 +98,8 @@ constexpr int PREFILL_ROWS = 192; // rows per prefill work item (multiple of the
 const bool PF_NTA = cpu_is_amd() && cpu_family() >= 0x1A;
 const int PF_KEYS = cpu_is_amd() ? 64 : 128;
 // Held AMX items (below) also pull the rows their next tile loads read from L2 into L1: K rows
-// L1_K_KEYS ahead in the score pass, V rows L1_V_KEYS ahead in the P.V pass. A tile load of 16
-// rows from L2 stalls the tile products behind it; from L1 it does not. 2-core Xeon with AMX,
+// L1_K_KEYS ahead in the score pass, V rows L1_V_KEYS ahead in the P.V pass: the tile products
+// wait on their tile loads, which from L2 take longer than from L1. 2-core Xeon with AMX,
 // round 30, in one process: attention 5-12% faster at T = 1..8, 1K-32K keys (1-token calls
 // at 32K 1,062 -> 936 us), against 16 / 32 / 64 / 128 keys ahead and K or V alone.
 constexpr int L1_K_KEYS = 32;
