@@ -1,6 +1,7 @@
 """In-process A/B of a scratch switch in a native module, end to end: `ar` and `triforce` requests
 (bf16, essays, --gamma auto, greedy) at CONTEXT, decode ms/token, off and on alternated.
-    ab_generate.py MODULE SETTER CONTEXT NEW REPEATS [ROPE_SCALING]"""
+    ab_generate.py MODULE SETTER CONTEXT NEW REPEATS [ROPE_SCALING|none] [BUDGET|auto]
+BUDGET: the retrieval budget, 1024 unless given (round 28's runs); auto = what `triforce generate` picks (round 30)."""
 import argparse, collections, statistics, sys
 import torch
 from triforce.runtime import native
@@ -9,8 +10,9 @@ from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import Engine
 module, setter, context, new, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(2)
-rope = sys.argv[6] if len(sys.argv) > 6 else None
-runs = {m: RunConfig(mode=m, dtype="bf16", max_new_tokens=new, retrieval_budget=1024, rope_scaling=rope,
+rope = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] != "none" else None
+budget = sys.argv[7] if len(sys.argv) > 7 else "1024"
+runs = {m: RunConfig(mode=m, dtype="bf16", max_new_tokens=new, retrieval_budget=None if budget == "auto" else int(budget), rope_scaling=rope,
                      gamma="auto" if m == "triforce" else "fixed")
         for m in ("ar", "triforce")}
 engine = Engine(runs["triforce"], keep_prefill=True)
