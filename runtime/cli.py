@@ -78,7 +78,7 @@ def planned_context(run, text: str) -> int | None:
         return None
     from triforce.runtime.engine import encode, load_tokenizer, resolve_model_dir
     model_dir = resolve_model_dir(run.model)
-    return len(encode(load_tokenizer(model_dir), model_dir, text, run.chat)) + run.max_new_tokens
+    return run.capacity_for(len(encode(load_tokenizer(model_dir), model_dir, text, run.chat)))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

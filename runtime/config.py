@@ -317,6 +317,11 @@ class RunConfig:
         self.sampling.validate()
         return self
 
+    def capacity_for(self, prompt_tokens: int) -> int:
+        """Positions a request of `prompt_tokens` fills at most: the prompt and every new token
+        (what its caches are built for, and what `offload: auto` plans)."""
+        return prompt_tokens + self.max_new_tokens
+
     def budget_for(self, context: int) -> int:
         """The middle level's KV budget over `context` tokens: retrieval_budget when set, else
         AUTO_BUDGET_SHARE of the context in whole chunks, at least AUTO_BUDGET[0] and at most

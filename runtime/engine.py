@@ -297,7 +297,7 @@ class Engine(Checkpoint):
         if run.gamma_auto:  # caches sized for the largest gammas the tuner may pick
             caps = auto_caps(len(mode_levels(run, 1)[0]), run.max_new_tokens)
             run = dataclasses.replace(run, gamma="auto", gamma1=max(caps[0], 1), gamma2=max(caps[-1], 1))
-        stack, gammas = self.build_stack(run, len(prompt_ids) + run.max_new_tokens)
+        stack, gammas = self.build_stack(run, run.capacity_for(len(prompt_ids)))
         for level in stack:  # any level's passes may stream weights; the target's also KV
             level.traffic = self.copier.traffic if self.copier else None
         try:

@@ -93,7 +93,7 @@ def suite_repro(args: argparse.Namespace) -> dict:
     check_gpus(setting)
     from triforce.runtime.backends import open_engine
     engine = open_engine(dataclasses.replace(run, mode="triforce"), keep_prefill=True,   # backend: ray for tp > 1
-                         context=setting.context + run.max_new_tokens)                  # what offload auto plans for
+                         context=run.capacity_for(setting.context))                   # what offload auto plans for
     try:
         ids = prompt_ids(engine, args, setting.context)
         rows, ar_ms = [], None

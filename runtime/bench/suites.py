@@ -287,7 +287,7 @@ def suite_ablations(args: argparse.Namespace) -> dict:
             row["speedup_vs_ar"] = speedup(ar_ms, row["ms_per_token"]["median"])
             rows.append(row)
             print(table_ablations(dict(rows=[row])).splitlines()[-1], flush=True)
-    return dict(suite="ablations", context=len(ids), base=dict(budget=run.budget_for(len(ids) + run.max_new_tokens),
+    return dict(suite="ablations", context=len(ids), base=dict(budget=run.budget_for(run.capacity_for(len(ids))),
                 chunk_size=run.chunk_size, gamma1=run.gammas[0], gamma2=run.gammas[1], temperature=run.temperature,
                 top_p=run.top_p, rebuild=run.retrieval_rebuild), new_tokens=run.max_new_tokens, repeats=args.repeats, ar=ar,
                 sweeps={p: SWEEPS[p][2] for p in args.sweeps}, rows=rows)
