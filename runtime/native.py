@@ -1,7 +1,8 @@
 """Native CPU kernels (runtime/csrc/), compiled once with torch.utils.cpp_extension.
 
 `bash run.sh` builds them during set-up (`python -m triforce.runtime.native build`); a run that finds no
-build compiles on first use (about a minute, once) into build/native/ (gitignored), with
+build, or one older than its sources, compiles on first use (about a minute, once; one line on stderr
+says so) into build/native/ (gitignored), with
 -march=native first and a portable build (no CPU-specific flags) if that fails. If neither
 builds (no compiler, say), one line goes to stderr and callers use their pure-torch twin.
 TRIFORCE_NATIVE=0 turns the kernels off (the torch path runs, for comparison).
@@ -28,10 +29,24 @@ def _load(kernel: str, flavour: str, flags: list[str]):
     directory = BUILD_DIR / f"{kernel}_{flavour}"
     directory.mkdir(parents=True, exist_ok=True)
     with build_lock(directory):
-        return cpp_extension.load(name=f"triforce_{kernel}_{flavour}", sources=[str(CSRC / f"{kernel}.cpp")],
+        source = CSRC / f"{kernel}.cpp"
+        if needs_build(directory / f"triforce_{kernel}_{flavour}.so", [source, *CSRC.glob("*.h")]):
+            # a build takes about a minute: say so, rather than stall a run's first pass silently
+            print(f"triforce: compiling native kernel {kernel} ({flavour}) for this CPU, once (about a minute)",
+                  file=sys.stderr, flush=True)
+        return cpp_extension.load(name=f"triforce_{kernel}_{flavour}", sources=[str(source)],
                                   build_directory=str(directory),
                                   extra_cflags=["-O3", "-std=c++17", "-fopenmp", *flags],  # at::parallel_for is OpenMP
                                   extra_ldflags=["-fopenmp"], verbose=False)
+
+
+def needs_build(built: Path, sources: list[Path]) -> bool:
+    """Whether the build tool will compile: no module yet, or a source or header newer than it
+    (ninja's rule, from the files' times; an edited and reverted file counts as changed)."""
+    if not built.is_file():
+        return True
+    made = built.stat().st_mtime
+    return any(path.stat().st_mtime > made for path in sources)
 
 
 @contextlib.contextmanager

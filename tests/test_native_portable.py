@@ -32,6 +32,23 @@ def test_a_build_killed_midway_does_not_block_the_next(tmp_path):
         assert not (tmp_path / "lock").exists()
 
 
+def test_a_build_is_announced_when_the_module_is_missing_or_older_than_a_source(tmp_path):
+    """A build takes about a minute; a run whose first pass builds one says so on stderr instead of
+    stalling silently (an edited kernel once cost a 2-token `generate` 35 s of "decode", round 31)."""
+    import os
+    from triforce.runtime.native import needs_build
+    source, header, built = tmp_path / "k.cpp", tmp_path / "k.h", tmp_path / "k.so"
+    for path, when in ((source, 100), (header, 100)):
+        path.write_text("")
+        os.utime(path, (when, when))
+    assert needs_build(built, [source, header])                      # never built
+    built.write_text("")
+    os.utime(built, (200, 200))
+    assert not needs_build(built, [source, header])                  # built after every source
+    os.utime(header, (300, 300))
+    assert needs_build(built, [source, header])                      # a header edited since
+
+
 def test_models_off_the_cpu_or_off_bf16_and_fp32_never_ask_for_native_modules(monkeypatch):
     """The one-call decoder plan is CPU bf16 or fp32 only; a GPU or fp16 model must not compile
     the CPU kernels just to be told no (a minute or more on a fresh GPU machine)."""
