@@ -97,11 +97,12 @@ class RayEngine(Engine):
         self.group.record(["new", remote])
         return stack, gammas
 
-    def prefill(self, stack, prompt, on_prefill) -> None:
+    def prefill(self, stack, prompt, on_prefill) -> int:
         for attempt in range(self.retries + 1):
             try:
-                super().prefill(stack, prompt, on_prefill)
-                return self.group.mark_prefill_done()
+                reused = super().prefill(stack, prompt, on_prefill)
+                self.group.mark_prefill_done()
+                return reused
             except ShardFailure as failure:
                 if attempt == self.retries:
                     raise ShardsLost(f"a shard actor failed during prefill and {self.retries} restart(s) did not "

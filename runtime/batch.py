@@ -135,10 +135,10 @@ def summary_table(summary: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------ CLI
-RUN_FLAGS = SHARED_RUN_FLAGS + ("batch_size",)
+RUN_FLAGS = SHARED_RUN_FLAGS + ("batch_size", "prefix_cache")
 # RunConfig fields that do not change a record's tokens (batched == one at a time, offloaded ==
 # resident, Ray == local: tests); every other field goes into the manifest.
-NOT_RESULT_SETTINGS = ("batch_size", "backend", "tp", "pp", "ray_address", "ray_cpus", "ray_retries",
+NOT_RESULT_SETTINGS = ("batch_size", "prefix_cache", "backend", "tp", "pp", "ray_address", "ray_cpus", "ray_retries",
                        "on_chip_layers", "offload_weights", "offload", "prompt", "prompt_file", "kjv_books", "device")
 
 
@@ -162,6 +162,9 @@ def add_batch_parser(sub) -> None:
                    help=f"replica starts failing in a row before the job fails (default {Limits.max_start_failures})")
     add_run_args(p)  # the run defaults, as `triforce generate` spells them
     p.add_argument("--batch-size", type=int, help="sequences each replica decodes together (default 1)")
+    p.add_argument("--prefix-cache", action="store_true", default=None,
+                   help="each replica keeps its last prompt's prefill and reuses the start a later prompt shares with it "
+                        "(questions over one document prefill it once; outputs unchanged; holds one more KV cache)")
     p.set_defaults(func=cmd_batch)
 
 

@@ -58,7 +58,7 @@ class Replica:
     def __init__(self, defaults: dict):
         from triforce.runtime.engine import Engine
         self.defaults = load_run_config(None, **defaults)
-        self.engine = Engine(self.defaults)
+        self.engine = Engine(self.defaults, keep_prefill=self.defaults.prefix_cache)
         vocab = self.engine.tokenizer.get_vocab() if hasattr(self.engine.tokenizer, "get_vocab") else {}
         # bytes a prompt may hold and still fit: no token is longer than the longest vocabulary entry
         # (byte-level BPE: one character per byte); x4 leaves room for multi-byte spellings

@@ -236,6 +236,8 @@ class RunConfig:
     offload: str = "none"           # none | auto: place KV and weights as `triforce plan` says for this machine
     # --- batch jobs (`triforce batch`) ---
     batch_size: int = 1             # sequences one replica decodes together (model passes packed across them)
+    prefix_cache: bool = False      # a replica keeps its last prompt's prefill and copies the start a later prompt
+                                    # shares with it, in whole prefill passes (bit for bit; one more KV copy held)
     # --- backend ---
     backend: str = "local"          # local (this process) | ray (shard actors + a coordinator actor)
     tp: int = 1                     # ray: tensor-parallel shards per stage (must divide the KV heads)
@@ -295,6 +297,8 @@ class RunConfig:
         if self.middle_weights not in ("same", "auto") and (self.offload_weights or self.offload != "none"):
             raise UserError(f"middle_weights {self.middle_weights} with offload_weights / offload auto is not "
                             "supported (the quantized copy needs resident weights); use middle_weights same")
+        if not isinstance(self.prefix_cache, bool):
+            raise UserError(f"prefix_cache {self.prefix_cache!r} must be true or false")
         if self.on_chip_layers is not None and self.on_chip_layers < 0:
             raise UserError(f"on_chip_layers {self.on_chip_layers} must be >= 0 (or unset to keep every layer on the device)")
         if self.gamma not in (None, "fixed", "auto"):

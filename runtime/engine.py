@@ -233,41 +233,66 @@ class Engine(Checkpoint):
 
         return [level(spec) for spec in specs], gammas
 
-    def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> None:
+    def prefill(self, stack: list[Level], prompt: list[int], on_prefill: Callable[[int], None] | None) -> int:
         """Fills every level with the prompt but its last token (each decode step starts by feeding
         the newest committed token). A level on the target's weights fills its cache from the
-        target's full cache (cache.fill_from: each policy knows how); the target from a saved
-        prefill of the same prompt; any other level in passes of its max_pass tokens."""
+        target's full cache (cache.fill_from: each policy knows how); any other level runs passes
+        of its max_pass tokens; the target too, but with keep_prefill it first copies what an
+        earlier request's saved prefill holds of this prompt (_saved_prefill). Returns how many
+        positions were copied so."""
         context, target = prompt[:-1], stack[-1]
+        saved, reused = self._saved_prefill(context, target.max_pass)
         for level in reversed(stack):  # the target first: the levels below fill from its cache
-            source = self._saved_prefill(context) if level is target else \
-                target.cache if level.role == "target" else None
-            if source is None:
-                self._prefill_passes(level, context, on_prefill if level is target else None)
-                continue
-            level.cache.fill_from(source, len(context))
-            level.cached = list(context)
-            level.commit(context)
+            source = saved if level is target else target.cache if level.role == "target" else None
+            filled = reused if level is target else len(context) if source is not None else 0
+            if filled:
+                level.cache.fill_from(source, filled)
+                level.cached = list(context[:filled])
+                level.commit(level.cached)
+            if filled < len(context):
+                self._prefill_passes(level, context, on_prefill if level is target else None, filled)
         for level in stack:
             level.reset_stats()
-        if self.keep_prefill and self._saved_prefill(context) is None:
-            saved = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
-            saved.fill_from(target.cache, len(context))
-            self._prefill_memo = (tuple(context), saved)
+        if self.keep_prefill and reused < len(context):
+            self._prefill_memo = None   # the earlier copy goes before this one is made
+            kept = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
+            kept.fill_from(target.cache, len(context))
+            self._prefill_memo = (tuple(context), target.max_pass, kept)
+        return reused
 
-    def _saved_prefill(self, context: list[int]) -> FullCache | None:
-        """The target's full cache saved by an earlier request with this context (keep_prefill)."""
+    def _saved_prefill(self, context: list[int], chunk: int) -> tuple[FullCache | None, int]:
+        """The target's prefill saved by an earlier request (keep_prefill), and how many of this
+        context's first positions to copy from it: all of them for the same context; else the
+        positions the two contexts share, in whole prefill passes of `chunk` tokens and short of
+        this context's end. A prefill runs its passes at multiples of `chunk` from position 0, so up
+        to that point both requests ran the same tokens in the same passes: the copy is bit for bit
+        what this request's own passes would write, and its passes from there on (the last of them
+        leaving each layer's last query for the retrieval cache) are the ones a full prefill runs.
+        A batch of questions over one document prefills the document once."""
         memo = self._prefill_memo
-        return memo[1] if memo is not None and memo[0] == tuple(context) else None
+        if memo is None or memo[1] != chunk:
+            return None, 0
+        saved_context, _, saved = memo
+        if saved_context == tuple(context):
+            return saved, len(context)
+        shared = 0
+        for a, b in zip(saved_context, context):
+            if a != b:
+                break
+            shared += 1
+        reused = min(shared, len(context) - 1) // chunk * chunk
+        return (saved, reused) if reused > 0 else (None, 0)
 
     @staticmethod
-    def _prefill_passes(level: Level, context: list[int], on_prefill: Callable[[int], None] | None) -> None:
+    def _prefill_passes(level: Level, context: list[int], on_prefill: Callable[[int], None] | None,
+                        begin: int = 0) -> None:
         """Feeds the context in passes of max_pass tokens. A StreamingLLM cache (the drafter's)
         keeps only its sinks and its `window` most recent tokens, so only those are fed, each at
         the slot it would hold (the tokens between are skipped): at 32K the drafter's prefill
         reads 256 tokens, not 32K. The recent tokens then attend to fewer earlier ones than a pass
-        over every token gives them; that changes the drafter's proposals only, never the output."""
-        begin, cache = 0, level.cache
+        over every token gives them; that changes the drafter's proposals only, never the output.
+        begin: the positions the cache already holds (a multiple of max_pass, or 0)."""
+        cache = level.cache
         if hasattr(cache, "skip"):
             sinks = min(cache.sinks, len(context))
             recent = max(sinks, len(context) - cache.window)   # the first recent token kept
@@ -308,7 +333,7 @@ class Engine(Checkpoint):
 
     def _generate(self, stack, gammas, prompt_ids, run, on_tokens, on_prefill) -> Result:
         generator = torch.Generator(device=self.device).manual_seed(run.seed)
-        _, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
+        reused, prefill_s = timed(self.prefill, stack, prompt_ids, on_prefill, device=self.device)
         tuner = None
         if run.gamma_auto and len(stack) > 1:
             caps = auto_caps(len(stack), run.max_new_tokens)
@@ -332,6 +357,7 @@ class Engine(Checkpoint):
                      tokens_per_s=round(n / decode_s, 3) if decode_s > 0 else None,
                      ms_per_token=round(1000 * decode_s / n, 3) if n else None,
                      prefill_tokens_per_s=round(len(prompt_ids) / prefill_s, 1) if prefill_s > 0 else None,
+                     prefill_reused=reused or 0,
                      new_tokens=n, dtype=self.dtype, device=str(self.device),
                      target_passes=target_passes,
                      tokens_per_target_pass=round(n / target_passes, 3) if target_passes else None,

@@ -192,6 +192,25 @@ def test_replica_runs_prompt_file_and_messages_and_refuses_a_too_long_prompt(rep
     assert e["status"] == "error" and "gone.txt" in e["error"] and "does not exist" in e["error"]
 
 
+def test_prefix_cache_prefills_a_shared_document_once_and_answers_the_same(default_model_dir, one_thread, kjv_prompts):
+    """--prefix-cache: questions over one document (records whose prompts share their start) copy
+    the document's prefill from the replica's last request, in whole passes; every record's tokens
+    are a plain replica's, and its stats say how many positions were copied."""
+    doc = " ".join(kjv_prompts[:2])                                      # about 400 tokens
+    jobs = [{"line": i + 1, "id": str(i), "prompt": f"{doc}\n\nQuestion: {q}", "params": {}}
+            for i, q in enumerate(["Who was Ruth?", "Where did Naomi go?", "What did Boaz do?"])]
+    settings = {"model": str(default_model_dir), "max_new_tokens": 6, "prefill_chunk": 64}
+    plain, cached = Replica(settings), Replica({**settings, "prefix_cache": True})
+    want = [unpack(plain.run(pack({"jobs": [job]})))["results"][0] for job in jobs]   # one job a call, as --batch-size 1
+    got = [unpack(cached.run(pack({"jobs": [job]})))["results"][0] for job in jobs]
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
+    contexts = [cached.engine.encode(job["prompt"])[:-1] for job in jobs]   # what a prefill holds
+    shared = [next(i for i, (a, b) in enumerate(zip(x, y)) if a != b) for x, y in zip(contexts, contexts[1:])]
+    assert min(shared) >= len(cached.engine.encode(doc)) - 1
+    assert [r["stats"]["prefill_reused"] for r in want] == [0, 0, 0]
+    assert [r["stats"]["prefill_reused"] for r in got] == [0, *(n // 64 * 64 for n in shared)]
+
+
 # ------------------------------------------------------------------- end to end: kill, resume
 def batch_cmd(inp: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "triforce.runtime.cli", "batch", "--input", str(inp), "--output", str(out),

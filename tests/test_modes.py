@@ -133,6 +133,45 @@ def test_levels_fill_from_the_target_and_a_saved_prefill(engine, kjv_ids, monkey
     assert passes == ["drafter", "drafter"]
 
 
+def test_a_prompt_that_starts_as_the_saved_one_copies_whole_prefill_passes_bit_for_bit(engine, kjv_ids):
+    """keep_prefill and a prompt that starts as the saved one (one document, another question):
+    the positions the two share are copied in whole prefill passes and this prompt's own passes run
+    from there, so the target's cache holds bit for bit what a prefill from scratch writes (and each
+    layer's last query, which the retrieval cache scores with); the tokens are the same and stats
+    say how many positions were copied. Passes of 96 tokens take the prefill items (G*T > 256)."""
+    import torch
+    chunk, doc = 96, kjv_ids[:250]
+    first, second = doc + kjv_ids[300:330], doc + kjv_ids[400:417]
+    shared = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
+    expected_reused = min(shared, len(second) - 2) // chunk * chunk      # prefill holds the prompt but its last token
+    assert expected_reused == 192
+
+    def prefilled(eng, ids):
+        cfg = RunConfig(model=str(eng.model_dir), draft_model=str(eng.draft_dir), mode="triforce", prefill_chunk=chunk,
+                        retrieval_budget=96, chunk_size=8, draft_sinks=4, draft_window=60, max_new_tokens=8)
+        stack, _ = eng.build_stack(cfg, cfg.capacity_for(len(ids)))
+        reused = eng.prefill(stack, ids, None)
+        cache = stack[-1].cache
+        return reused, [cache.layer_kv(layer) for layer in range(eng.cfg.num_layers)], cache.last_query.clone()
+
+    fresh, saving = copy.copy(engine), copy.copy(engine)
+    fresh.keep_prefill, fresh._prefill_memo = False, None
+    saving.keep_prefill, saving._prefill_memo = True, None
+    _, expected_kv, expected_query = prefilled(fresh, second)
+    assert prefilled(saving, first)[0] == 0                                # nothing saved yet: all passes
+    reused, kv, query = prefilled(saving, second)
+    assert reused == expected_reused
+    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(kv, expected_kv))
+    assert torch.equal(query, expected_query)
+    assert prefilled(saving, second)[0] == len(second) - 1                 # the same prompt again: all copied
+
+    expected = run(fresh, second, "triforce", max_new_tokens=12, prefill_chunk=chunk)
+    run(saving, first, "triforce", max_new_tokens=12, prefill_chunk=chunk)
+    result = run(saving, second, "triforce", max_new_tokens=12, prefill_chunk=chunk)
+    assert result.token_ids == expected.token_ids
+    assert (result.stats["prefill_reused"], expected.stats["prefill_reused"]) == (expected_reused, 0)
+
+
 @pytest.mark.slow
 def test_acceptance_policy_rebuild_and_never(engine, kjv_ids):
     ids = kjv_ids[:300]
