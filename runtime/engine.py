@@ -254,11 +254,15 @@ class Engine(Checkpoint):
         for level in stack:
             level.reset_stats()
         if self.keep_prefill and reused < len(context):
-            self._prefill_memo = None   # the earlier copy goes before this one is made
+            self.forget_prefill()   # the earlier copy goes before this one is made
             kept = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
             kept.fill_from(target.cache, len(context))
             self._prefill_memo = (tuple(context), target.max_pass, kept)
         return reused
+
+    def forget_prefill(self) -> None:
+        """Drops the saved prefill (keep_prefill): the next request prefills from scratch."""
+        self._prefill_memo = None
 
     def _saved_prefill(self, context: list[int], chunk: int) -> tuple[FullCache | None, int]:
         """The target's prefill saved by an earlier request (keep_prefill), and how many of this

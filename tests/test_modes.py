@@ -164,6 +164,8 @@ def test_a_prompt_that_starts_as_the_saved_one_copies_whole_prefill_passes_bit_f
     assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(kv, expected_kv))
     assert torch.equal(query, expected_query)
     assert prefilled(saving, second)[0] == len(second) - 1                 # the same prompt again: all copied
+    saving.forget_prefill()                                                # (the modes suite, at each context)
+    assert prefilled(saving, second)[0] == 0
 
     expected = run(fresh, second, "triforce", max_new_tokens=12, prefill_chunk=chunk)
     run(saving, first, "triforce", max_new_tokens=12, prefill_chunk=chunk)

@@ -204,6 +204,7 @@ def suite_modes(args: argparse.Namespace) -> dict:
     contexts = [longest_context(engine, run) if c == "max" else int(c) for c in args.contexts]
     for context in contexts:
         ids = prompt_ids(engine, args, context)
+        engine.forget_prefill()   # each context's prefill from scratch (the shorter one's is its start): its time is reported
         for temperature in args.temperatures:
             ar_row = None   # the modes' repeats run round-robin: their ratios to ar are side by side
             runs = [dataclasses.replace(run, mode=mode, temperature=temperature) for mode in args.modes]
