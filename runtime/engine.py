@@ -255,7 +255,10 @@ class Engine(Checkpoint):
             level.reset_stats()
         if self.keep_prefill and reused < len(context):
             self.forget_prefill()   # the earlier copy goes before this one is made
-            kept = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device, self.model.dtype)
+            # in the device's memory, unless the target's own KV had to leave it (offloaded layers)
+            resident = type(target.cache) is FullCache
+            kept = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device if resident else torch.device("cpu"),
+                             self.model.dtype)
             kept.fill_from(target.cache, len(context))
             self._prefill_memo = (tuple(context), target.max_pass, kept)
         return reused
