@@ -18,6 +18,8 @@ def _add_generate_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", help="file holding the prompt text (UTF-8)")
     p.add_argument("--question", help="a question asked about the prompt's text (placed before and after it)")
+    p.add_argument("--prompt-cache", help="file keeping the prompt's prefill between runs: a later prompt that starts "
+                   "the same way (the same document, another question after it) copies that part instead of computing it")
     add_run_args(p)
     p.add_argument("--backend", choices=("local", "ray"), help="local (default): this process; ray: shard actors "
                    "and a coordinator actor on a Ray cluster (see README, Ray)")
@@ -100,9 +102,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if stream:
             stream(ids)
 
+    if run.prompt_cache:
+        from triforce.runtime.prompt_cache import load_prompt_cache
+        engine.keep_prefill = True
+        load_prompt_cache(engine, Path(run.prompt_cache).expanduser(), run.prefill_chunk)
     result = engine.generate(prompt_ids, run, on_tokens=on_tokens,
                              on_prefill=lambda n: line.show(f"[triforce] prefill {n}/{len(prompt_ids)} tokens"))
     line.close()
+    if run.prompt_cache and result.stats["prefill_reused"] < len(prompt_ids) - 1:   # a prefill of its own: kept
+        from triforce.runtime.prompt_cache import save_prompt_cache
+        save_prompt_cache(engine, Path(run.prompt_cache).expanduser())
     if stream:
         stream.close()
     print(f"[triforce] {summary_line(result)}", file=sys.stderr, flush=True)

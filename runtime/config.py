@@ -205,6 +205,7 @@ class RunConfig:
     chat: bool = False              # wrap the prompt in the tokenizer's chat template
     prompt: str | None = None       # prompt text (the CLI's --prompt)
     prompt_file: str | None = None  # file holding the prompt (the CLI's --prompt-file)
+    prompt_cache: str | None = None # generate: file keeping the prompt's prefill between runs (runtime/prompt_cache.py)
     kjv_books: tuple[str, ...] = () # prompt = these books of the embedded KJV (long-context demo jobs)
     question: str | None = None     # asked before and after the prompt's text (long-context QA jobs)
     # --- speculation (modes spec, retrieval, streaming, triforce) ---
@@ -297,6 +298,8 @@ class RunConfig:
         if self.middle_weights not in ("same", "auto") and (self.offload_weights or self.offload != "none"):
             raise UserError(f"middle_weights {self.middle_weights} with offload_weights / offload auto is not "
                             "supported (the quantized copy needs resident weights); use middle_weights same")
+        if self.prompt_cache is not None and self.backend == "ray":
+            raise UserError("prompt_cache is not wired into --backend ray yet; run it with --backend local")
         if not isinstance(self.prefix_cache, bool):
             raise UserError(f"prefix_cache {self.prefix_cache!r} must be true or false")
         if self.on_chip_layers is not None and self.on_chip_layers < 0:

@@ -263,6 +263,25 @@ class Engine(Checkpoint):
             self._prefill_memo = (tuple(context), target.max_pass, kept)
         return reused
 
+    def export_prefill(self) -> tuple | None:
+        """The saved prefill as data: (tokens, pass size, k, v [L, 1, Hkv, n, D], last_query [L, 1, H, D]),
+        or None (runtime/prompt_cache.py keeps it in a file)."""
+        if self._prefill_memo is None:
+            return None
+        tokens, chunk, cache = self._prefill_memo
+        n = cache.length
+        return list(tokens), chunk, cache.k[:, :, :, :n], cache.v[:, :, :, :n], cache.last_query
+
+    def import_prefill(self, tokens: list[int], chunk: int, k: torch.Tensor, v: torch.Tensor,
+                       last_query: torch.Tensor) -> None:
+        """Makes export_prefill's data (from another process) the saved prefill, in host memory."""
+        cache = FullCache(self.cfg, None, 1, len(tokens), torch.device("cpu"), self.model.dtype)
+        if k.shape != cache.k.shape or v.shape != cache.v.shape or last_query.shape != cache.last_query.shape:
+            raise UserError(f"a saved prefill of K/V {tuple(k.shape)} does not fit this model's {tuple(cache.k.shape)}")
+        cache.k.copy_(k), cache.v.copy_(v), cache.last_query.copy_(last_query)
+        cache.length = len(tokens)
+        self._prefill_memo = (tuple(tokens), chunk, cache)
+
     def forget_prefill(self) -> None:
         """Drops the saved prefill (keep_prefill): the next request prefills from scratch."""
         self._prefill_memo = None

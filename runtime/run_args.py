@@ -75,7 +75,7 @@ def draft_vocab_arg(text: str) -> int | str:
 
 
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
-    keys = RUN_FLAGS + ("prompt", "prompt_file", "question", "backend", "tp", "pp", "ray_address")
+    keys = RUN_FLAGS + ("prompt", "prompt_file", "prompt_cache", "question", "backend", "tp", "pp", "ray_address")
     return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
 
 

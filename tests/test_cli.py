@@ -90,3 +90,40 @@ def test_prompt_longer_than_the_model_says_the_limit_and_the_fix(capsys, tmp_pat
     long.write_text("and it came to pass " * 2500)  # ~10K tokens > 8,192 positions
     code, _, err = run_cli(capsys, "generate", "--prompt-file", str(long))
     assert_user_error(code, err, "8192", "--rope-scaling")
+
+
+@pytest.mark.slow
+def test_prompt_cache_serves_another_question_over_the_same_document(capsys, tmp_path, default_model_dir):
+    """--prompt-cache: a second run whose prompt starts as the first one's (a document, then another
+    question) copies the document's prefill from the file in whole passes; its tokens are those of a
+    run without the file. A file made with other settings is replaced (one line says so); a file that
+    is not a prompt cache is refused, untouched."""
+    from triforce.runtime.assets import kjv_books
+    doc = " ".join(kjv_books(["Ruth"]).split()[:300])
+    cache, plain_json, cached_json = tmp_path / "doc.kv", tmp_path / "plain.json", tmp_path / "cached.json"
+    common = ["--max-new-tokens", "4", "--prefill-chunk", "64", "--quiet"]
+    code, _, _ = run_cli(capsys, "generate", "--prompt", doc + "\n\nWho was Ruth?", "--prompt-cache", str(cache), *common)
+    assert code == 0 and cache.is_file()
+    second = doc + "\n\nWhere did Naomi go?"
+    assert run_cli(capsys, "generate", "--prompt", second, "--json", str(plain_json), *common)[0] == 0
+    assert run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(cache), "--json", str(cached_json),
+                   *common)[0] == 0
+    plain, cached = (json.loads(p.read_text()) for p in (plain_json, cached_json))
+    assert cached["token_ids"] == plain["token_ids"]
+    assert plain["stats"]["prefill_reused"] == 0
+    assert cached["stats"]["prefill_reused"] >= 64 * 5 and cached["stats"]["prefill_reused"] % 64 == 0
+
+    code, _, err = run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(cache), *common[:2],
+                           "--prefill-chunk", "32", "--quiet")
+    assert code == 0 and "was made with another prefill_chunk" in err   # passes of another size: other bits
+    code, _, err = run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(cache), "--dtype", "bf16", *common)
+    assert code == 0 and "was made with another dtype" in err           # replaced by this run's bf16 prefill
+    code, _, err = run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(cache), "--dtype", "bf16",
+                           "--json", str(cached_json), *common)
+    assert code == 0 and "another" not in err and json.loads(cached_json.read_text())["stats"]["prefill_reused"] > 0
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    code, _, err = run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(notes), *common)
+    assert_user_error(code, err, "notes.txt", "is not a triforce prompt cache")
+    assert notes.read_text() == "my notes"
