@@ -109,14 +109,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     result = engine.generate(prompt_ids, run, on_tokens=on_tokens,
                              on_prefill=lambda n: line.show(f"[triforce] prefill {n}/{len(prompt_ids)} tokens"))
     line.close()
-    if run.prompt_cache and result.stats["prefill_reused"] < len(prompt_ids) - 1:   # a prefill of its own: kept
-        from triforce.runtime.prompt_cache import save_prompt_cache
-        save_prompt_cache(engine, Path(run.prompt_cache).expanduser())
     if stream:
         stream.close()
     print(f"[triforce] {summary_line(result)}", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=1))
+    if run.prompt_cache and result.stats["prefill_reused"] < len(prompt_ids) - 1:   # a prefill of its own: kept
+        from triforce.runtime.prompt_cache import save_prompt_cache        # (after the result: a failed write loses none of it)
+        save_prompt_cache(engine, Path(run.prompt_cache).expanduser())
     return 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from triforce.runtime.durable import fsync_dir, fsync_file
+from triforce.runtime.durable import fsync_dir
 from triforce.runtime.errors import UserError
 
 FORMAT = "triforce prompt cache 1"
@@ -64,8 +64,10 @@ def save_prompt_cache(engine, path: Path) -> None:
                 last_query=last_query.cpu())
     tmp = path.with_name(path.name + ".tmp")
     try:
-        torch.save(data, tmp)
-        fsync_file(tmp)
+        with open(tmp, "wb") as f:   # (our own open: a missing directory is an OSError, not torch's RuntimeError)
+            torch.save(data, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as e:

@@ -122,6 +122,11 @@ def test_prompt_cache_serves_another_question_over_the_same_document(capsys, tmp
                            "--json", str(cached_json), *common)
     assert code == 0 and "another" not in err and json.loads(cached_json.read_text())["stats"]["prefill_reused"] > 0
 
+    code, _, err = run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(tmp_path / "no" / "dir.kv"),
+                           "--json", str(plain_json), *common)
+    assert_user_error(code, err, "cannot write --prompt-cache", "dir.kv")   # after the result is written
+    assert json.loads(plain_json.read_text())["token_ids"] == plain["token_ids"]
+
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")
     code, _, err = run_cli(capsys, "generate", "--prompt", second, "--prompt-cache", str(notes), *common)
