@@ -138,7 +138,7 @@ def summary_table(summary: dict) -> str:
 RUN_FLAGS = SHARED_RUN_FLAGS + ("batch_size", "prefix_cache")
 # RunConfig fields that do not change a record's tokens (batched == one at a time, offloaded ==
 # resident, Ray == local: tests); every other field goes into the manifest.
-NOT_RESULT_SETTINGS = ("batch_size", "prefix_cache", "backend", "tp", "pp", "ray_address", "ray_cpus", "ray_retries",
+NOT_RESULT_SETTINGS = ("batch_size", "prefix_cache", "prompt_cache", "backend", "tp", "pp", "ray_address", "ray_cpus", "ray_retries",
                        "on_chip_layers", "offload_weights", "offload", "prompt", "prompt_file", "kjv_books", "device")
 
 
