@@ -74,9 +74,11 @@ def draft_vocab_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor auto") from None
 
 
+GENERATE_KEYS = ("prompt", "prompt_file", "prompt_cache", "question", "backend", "tp", "pp", "ray_address")  # generate's own flags
+
+
 def run_config_from_args(args: argparse.Namespace) -> RunConfig:
-    keys = RUN_FLAGS + ("prompt", "prompt_file", "prompt_cache", "question", "backend", "tp", "pp", "ray_address")
-    return load_run_config(args.config, **{k: getattr(args, k) for k in keys})
+    return load_run_config(args.config, **{k: getattr(args, k) for k in RUN_FLAGS + GENERATE_KEYS})
 
 
 def prompt_text(run: RunConfig) -> str:

@@ -111,11 +111,11 @@ def test_every_mode_equals_ar_with_static_lower_levels(tiny_random_pair, gammas,
 
 def test_no_cuda_graphs_flag():
     import argparse
-    from triforce.runtime.run_args import add_run_args, run_config_from_args
+    from triforce.runtime.run_args import GENERATE_KEYS, add_run_args, run_config_from_args
     parser = argparse.ArgumentParser()
     add_run_args(parser)
     parser.add_argument("--config")
-    for name in ("prompt", "prompt_file", "question", "backend", "tp", "pp", "ray_address"):
+    for name in GENERATE_KEYS:
         parser.set_defaults(**{name: None})
     assert run_config_from_args(parser.parse_args(["--no-cuda-graphs"])).cuda_graphs is False
     assert run_config_from_args(parser.parse_args([])).cuda_graphs is True
