@@ -26,7 +26,7 @@ from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
 from triforce.runtime.placement import Placement
 from triforce.runtime.probes import resolve_device
 from triforce.runtime.lookup import ContextLookup
-from triforce.runtime.speculate import Level, SpecDecoder, level_stats
+from triforce.runtime.speculate import Level, SpecDecoder, level_stats, shared_prefix
 
 
 def resolve_model_dir(model: str | None) -> Path:
@@ -301,12 +301,7 @@ class Engine(Checkpoint):
         saved_context, _, saved = memo
         if saved_context == tuple(context):
             return saved, len(context)
-        shared = 0
-        for a, b in zip(saved_context, context):
-            if a != b:
-                break
-            shared += 1
-        reused = min(shared, len(context) - 1) // chunk * chunk
+        reused = min(shared_prefix(saved_context, context), len(context) - 1) // chunk * chunk
         return (saved, reused) if reused > 0 else (None, 0)
 
     @staticmethod

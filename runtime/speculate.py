@@ -118,11 +118,16 @@ class Level:
         self.cache.commit(self.safe)
 
     def _shared_prefix(self, seq: list[int]) -> int:
-        n = min(len(self.cached), len(seq))
-        i = min(self.safe, n)
-        while i < n and self.cached[i] == seq[i]:
-            i += 1
-        return i
+        return shared_prefix(self.cached, seq, self.safe)
+
+
+def shared_prefix(a, b, start: int = 0) -> int:
+    """How many first tokens the sequences a and b share, given that their first `start` agree."""
+    n = min(len(a), len(b))
+    i = min(start, n)
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
