@@ -1,5 +1,7 @@
 """The embedded default model (SmolLM2-135M-Instruct, real weights) against transformers, and
 generation on it. Short prompts and few tokens keep this fast; long contexts live in benchmarks."""
+import json
+
 import pytest
 import torch
 
@@ -84,3 +86,35 @@ def test_stops_on_eos(engine, default_model_dir):
     assert result.stopped_by == "eos"
     assert result.token_ids[-1] in engine.cfg.eos_token_ids + (engine.tokenizer.eos_token_id,)
     assert len(result.token_ids) < 40
+
+
+def test_tokenizer_is_what_autotokenizer_builds(default_model_dir):
+    """load_tokenizer skips AutoTokenizer's config lookups for a plain tokenizer.json checkpoint
+    (2 s of start-up): the same class, ids, chat prompt and text as AutoTokenizer's."""
+    from triforce.runtime.assets import kjv_books
+    from triforce.runtime.drafter import default_drafter_dir
+    from triforce.runtime.engine import encode, load_tokenizer, plain_fast_tokenizer
+
+    text = kjv_books(["Jonah"])[:6000] + " naïve café — 3.14 <|im_end|>\n\n\tend"
+    for model_dir in (default_model_dir, default_drafter_dir()):
+        assert plain_fast_tokenizer(model_dir)
+        ours, auto = load_tokenizer(model_dir), transformers.AutoTokenizer.from_pretrained(str(model_dir))
+        assert type(ours) is type(auto)
+        ids = encode(ours, model_dir, text)
+        assert len(ids) > 1000 and ids == encode(auto, model_dir, text)
+        assert encode(ours, model_dir, text, chat=True) == encode(auto, model_dir, text, chat=True)
+        assert ours.decode(ids, skip_special_tokens=True) == auto.decode(ids, skip_special_tokens=True)
+        assert ours.all_special_ids == auto.all_special_ids and ours.get_vocab() == auto.get_vocab()
+
+
+def test_tokenizer_of_another_class_goes_through_autotokenizer(tmp_path, default_model_dir):
+    import shutil
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(default_model_dir / name, tmp_path / name)
+    from triforce.runtime.engine import plain_fast_tokenizer
+    assert plain_fast_tokenizer(tmp_path)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(dict(config, tokenizer_class="GPT2Tokenizer")))
+    assert not plain_fast_tokenizer(tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    assert not plain_fast_tokenizer(tmp_path)
