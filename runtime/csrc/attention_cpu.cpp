@@ -58,7 +58,7 @@
 // Cost of a pass (per b, kv head): bytes = 2 * S * D * sizeof(dtype) (K and V read once);
 // FLOPs = 4 * R * S * D (two products). T=1 is bound by bytes; T >= 2 on a 2-core CPU by FLOPs.
 //
-// Built with -march=native; without avx512f/avx512bw/avx512_bf16 (or in the portable build) a
+// Built with -march=native; without avx512f/avx512bw/avx512dq/avx512_bf16 (or in the portable build) a
 // scalar path with the same chunking runs instead.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -75,7 +75,7 @@
 #include <vector>
 
 #include "runs.h"   // Runs: work items with stealing
-#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
+#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512dq, avx512_bf16) and vector helpers
 
 namespace {
 
@@ -674,15 +674,17 @@ TF_INLINE float row_max(const float* s, int vis) {
 }
 
 // 2^x on the lanes of `keep` (0 elsewhere) for x <= 0: P of the dot products, which round it to
-// bf16 (8 bits). 2^n * p(f), n = round(x), p the degree-3 minimax polynomial of 2^f on |f| <= 0.5
-// (relative error 7.5e-5, 1/26 of bf16's rounding); x below -150 gives 0 through scalef, so no clamp.
+// bf16 (8 bits). p(f) * 2^floor(x): f = x - floor(x) in [0, 1) in one vreduceps, p the degree-3
+// minimax polynomial of 2^f on [0, 1) (relative error 7.5e-5, 1/26 of bf16's rounding), and
+// vscalefps floors x itself; x below -150 gives 0, so no clamp. One instruction fewer than
+// rounding to nearest and subtracting (2^n * p(x - n) on |x - n| <= 0.5, the same error): prefill
+// attention 4-6% faster (round 32).
 TF_INLINE __m512 exp2_p_ps(__m512 x, __mmask16 keep) {
-  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(5.517166e-2f), f, _mm512_set1_ps(2.4261115e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9326097e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9992806e-1f));
-  return _mm512_maskz_scalef_ps(keep, p, n);
+  const __m512 f = _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(7.802403e-2f), f, _mm512_set1_ps(2.2606707e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9583399e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.9992513e-1f));
+  return _mm512_maskz_scalef_ps(keep, p, x);
 }
 
 // One block of a row: P = exp2(c*s - m) on the `vis` visible keys (0 elsewhere), summed into

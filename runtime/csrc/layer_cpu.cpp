@@ -28,7 +28,7 @@
 //
 // Cost: bytes = O*K*2 (+ N*K*2 + N*O*2, small); FLOPs = 2*N*O*K.
 //
-// Built with -march=native; without avx512f/avx512bw/avx512_bf16 (or in the portable build)
+// Built with -march=native; without avx512f/avx512bw/avx512dq/avx512_bf16 (or in the portable build)
 // has_avx512_bf16() is false and callers use torch instead.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -44,7 +44,7 @@
 #include <type_traits>
 
 #include "runs.h"   // for_runs: work units with stealing
-#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and vector helpers
+#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512dq, avx512_bf16) and vector helpers
 
 namespace {
 

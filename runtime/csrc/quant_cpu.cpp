@@ -51,7 +51,7 @@
 #include <vector>
 
 #include "runs.h"   // for_runs: work units with stealing
-#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512_bf16) and cpu_is_amd
+#include "simd.h"   // TF_AVX512 (avx512f, avx512bw, avx512dq, avx512_bf16) and cpu_is_amd
 // The kernels also need avx512_vnni (vpdpbusd).
 #if TF_AVX512 && defined(__AVX512VNNI__)
 #define TF_VNNI 1

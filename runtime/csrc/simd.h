@@ -1,10 +1,10 @@
 // The AVX-512 feature guard and vector helpers shared by the attention and layer kernels.
-// TF_AVX512 is 1 where the build targets avx512f, avx512bw and avx512_bf16 (-march=native on such
-// a CPU), else 0 (the portable build): the kernels then compile their scalar paths only.
+// TF_AVX512 is 1 where the build targets avx512f, avx512bw, avx512dq and avx512_bf16 (-march=native
+// on such a CPU: every one with avx512_bf16 so far has dq), else 0 (the portable build): the kernels then compile their scalar paths only.
 // (quant_cpu.cpp's TF_VNNI adds avx512_vnni to it.)
 #pragma once
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512BF16__)
 #define TF_AVX512 1
 #include <cpuid.h>
 #include <immintrin.h>
