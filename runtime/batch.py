@@ -236,7 +236,8 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path, limits:
                       f"and batches of up to {defaults.batch_size} sequences each")
         pool = pool_cls(replicas, dataclasses.asdict(defaults), threads)
         try:
-            schedule(todo, pool, jobs_per_call(defaults.batch_size), on_record, on_event=progress.note, limits=limits)
+            schedule(todo, pool, jobs_per_call(defaults.batch_size), on_record, on_event=progress.note, limits=limits,
+                     affinity=defaults.prefix_cache and replicas > 1)
         finally:
             pool.close()
     progress.show(force=True)

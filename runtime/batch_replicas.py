@@ -11,6 +11,7 @@ records after it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import sys
 import time
@@ -23,6 +24,8 @@ from triforce.runtime.errors import UserError
 
 JOBS_PER_SLOT = 4              # a batched call (--batch-size B > 1) carries up to B x this many jobs: B decode
                                # at once and a finished one's slot takes the next (decode_batched.generate_batch)
+AFFINITY_WINDOW = 256          # queued jobs --prefix-cache routing looks through for a replica's document
+AFFINITY_CHARS = 4096          # characters of a prompt that routing compares (~1,000 tokens: one prefill pass)
 MAX_ATTEMPTS = 2               # replica deaths a job run alone may cause before it is recorded as an error
 STICKY_DEVICE_ERRORS = ("CUDA error", "device-side assert", "CUBLAS_STATUS", "cuDNN error", "NCCL error")
 
@@ -375,8 +378,12 @@ class Scheduler:
     retryable error record. Starts failing max_start_failures times in a row fail the job."""
 
     def __init__(self, jobs: list[dict], pool, jobs_per_call: int, on_record, on_event=None,
-                 limits: Limits = Limits()):
+                 limits: Limits = Limits(), affinity: bool = False):
         self.queue = deque((job, False) for job in jobs)   # (job, alone)
+        # affinity (--prefix-cache, one job a call): a replica keeps its last prefill, so it gets
+        # the next job whose prompt starts as its last one did (prompt_start)
+        self.affinity = affinity and jobs_per_call == 1
+        self.start_of: dict = {}       # slot -> prompt_start of the last job it was sent
         self.pool, self.jobs_per_call, self.on_record, self.on_event, self.limits = \
             pool, jobs_per_call, on_record, on_event, limits
         self.in_flight: dict = {}      # slot -> [job, ...]
@@ -398,6 +405,9 @@ class Scheduler:
             return
         if self.queue[0][1]:
             batch = [self.queue.popleft()[0]]
+        elif self.affinity:
+            batch = [self.take(self.pick(slot))]
+            self.start_of[slot] = prompt_start(batch[0])
         else:
             batch = []
             while self.queue and not self.queue[0][1] and len(batch) < self.jobs_per_call:
@@ -405,6 +415,28 @@ class Scheduler:
         self.in_flight[slot] = batch
         self.sent_at[slot] = time.monotonic()
         self.pool.submit(slot, pack({"jobs": batch}))
+
+    def pick(self, slot: int) -> int:
+        """The queue index (among its first AFFINITY_WINDOW jobs) of the job for `slot`: the first
+        whose prompt starts as the slot's last one did, else the first whose start no other replica
+        holds, else the first: no replica waits for a document another one holds."""
+        mine = self.start_of.get(slot)
+        held = {start for other, start in self.start_of.items() if other != slot}
+        free = None
+        for i, (job, alone) in enumerate(itertools.islice(self.queue, AFFINITY_WINDOW)):
+            if alone:
+                break
+            start = prompt_start(job)
+            if start == mine:
+                return i
+            if free is None and start not in held:
+                free = i
+        return free if free is not None else 0
+
+    def take(self, index: int) -> dict:
+        job = self.queue[index][0]
+        del self.queue[index]
+        return job
 
     def on_ready(self, slot: int, _) -> None:
         self.started_at.pop(slot, None)
@@ -435,6 +467,7 @@ class Scheduler:
         self.started_at[slot] = time.monotonic()
 
     def on_died(self, slot: int, reason: str) -> None:
+        self.start_of.pop(slot, None)   # its saved prefill died with it
         self.restarts += 1
         if self.restarts > self.max_restarts:
             raise UserError(f"replicas died {self.restarts} times, more than the records explain; last: {reason}")
@@ -473,6 +506,17 @@ def jobs_per_call(batch_size: int) -> int:
     return 1 if batch_size <= 1 else batch_size * JOBS_PER_SLOT
 
 
-def schedule(jobs: list[dict], pool, jobs_per_call: int, on_record, on_event=None, limits: Limits = Limits()) -> None:
-    Scheduler(jobs, pool, jobs_per_call, on_record, on_event, limits).run()
+def prompt_start(job: dict) -> tuple:
+    """What a job's prompt starts with, as far as routing looks (a heuristic: the replica compares
+    the tokens): its file, or the first AFFINITY_CHARS characters of its text or messages."""
+    if "prompt_file" in job:
+        return ("file", job["prompt_file"])
+    if "prompt" in job:
+        return ("text", job["prompt"][:AFFINITY_CHARS])
+    return ("messages", repr(job.get("messages"))[:AFFINITY_CHARS])
+
+
+def schedule(jobs: list[dict], pool, jobs_per_call: int, on_record, on_event=None, limits: Limits = Limits(),
+             affinity: bool = False) -> None:
+    Scheduler(jobs, pool, jobs_per_call, on_record, on_event, limits, affinity).run()
 

@@ -168,6 +168,41 @@ def test_a_replica_dying_with_a_batch_costs_its_neighbours_nothing():
     assert poison["retryable"] is True and "replica died 2 times" in poison["error"]
 
 
+class SlotRecordingPool(BatchKillerPool):
+    """Answers ok at once and records which slot got which job; slot 1 answers last, so each
+    round of results frees slot 0 first."""
+
+    def __init__(self, slots: int = 2):
+        super().__init__("none", slots)
+        self.sent = []
+
+    def submit(self, slot, message):
+        self.sent.append((slot, [j["id"] for j in unpack(message)["jobs"]]))
+        super().submit(slot, message)
+
+
+def test_prefix_cache_routes_a_documents_questions_to_the_replica_that_holds_it():
+    """--prefix-cache with two replicas: each takes one document's questions (two prefills, not
+    four), whatever order they came in; a document no one holds goes to a free replica, and
+    without the flag the queue's order stands."""
+    doc = {"d1": "First document. " * 400, "d2": "Second document. " * 400}
+    order = ["d1", "d1", "d2", "d1", "d2", "d2"]
+    jobs = [{"id": f"{d}-q{n}", "line": n, "prompt": doc[d] + f" Question {n}?", "params": {}}
+            for n, d in enumerate(order)]
+    pool = SlotRecordingPool()
+    records = []
+    schedule(jobs, pool, 1, records.append, affinity=True)
+    assert sorted(r["id"] for r in records) == sorted(j["id"] for j in jobs)
+    by_slot = {slot: {i.split("-")[0] for _, ids in pool.sent if _ == slot for i in ids} for slot, _ in pool.sent}
+    assert by_slot == {0: {"d1"}, 1: {"d2"}}
+    plain = SlotRecordingPool()
+    schedule(jobs, plain, 1, [].append)
+    assert [ids[0] for _, ids in plain.sent] == [j["id"] for j in jobs]
+    one_doc = SlotRecordingPool()   # more replicas than documents: none waits
+    schedule(jobs[:2], one_doc, 1, [].append, affinity=True)
+    assert sorted(slot for slot, _ in one_doc.sent) == [0, 1]
+
+
 class HungPool(BatchKillerPool):
     """Never answers the first call of slot 0."""
 
