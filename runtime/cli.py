@@ -114,8 +114,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"[triforce] {summary_line(result)}", file=sys.stderr, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(result.to_json(), indent=1))
-    if run.prompt_cache and result.stats["prefill_reused"] < len(prompt_ids) - 1:   # a prefill of its own: kept
-        from triforce.runtime.prompt_cache import save_prompt_cache        # (after the result: a failed write loses none of it)
+    if run.prompt_cache and engine.prefill_saved_anew:   # after the result: a failed write loses none of it
+        from triforce.runtime.prompt_cache import save_prompt_cache
         save_prompt_cache(engine, Path(run.prompt_cache).expanduser())
     return 0
 

@@ -100,6 +100,7 @@ class Checkpoint:
     def open_checkpoint(self, run: RunConfig, keep_prefill: bool = False) -> None:
         """Reads the checkpoint's directory, config and tokenizer (before any target is placed)."""
         self.keep_prefill, self._prefill_memo = keep_prefill, None
+        self.prefill_saved_anew = False   # whether the last prefill replaced the saved copy (keep_prefill)
         self.model_dir = resolve_model_dir(run.model)
         self.cfg: ModelConfig = with_rope_scaling(ModelConfig.from_dir(self.model_dir), run.rope_scaling)
         self.tokenizer = load_tokenizer(self.model_dir)
@@ -271,7 +272,8 @@ class Engine(Checkpoint):
                 self._prefill_passes(level, context, on_prefill if level is target else None, filled)
         for level in stack:
             level.reset_stats()
-        if self.keep_prefill and reused < len(context):
+        self.prefill_saved_anew = self.keep_prefill and reused < len(context)
+        if self.prefill_saved_anew:
             self.forget_prefill()   # the earlier copy goes before this one is made
             # in the device's memory, unless the target's own KV had to leave it (offloaded layers)
             resident = type(target.cache) is FullCache
