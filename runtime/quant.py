@@ -198,12 +198,8 @@ class Int4Linear(_QuantLinear):
         scale = ((high - low) / 15).clamp_min(1e-12)
         q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(rows, cols)
         if self.native:
-            # a group's columns c and c + 16 share a byte (quads 0-3 low, 4-7 high), paired before the
-            # one reordering copy (pairing the reordered quads cost 3x, round 32)
-            u8 = q.to(torch.uint8).view(rows, cols // GROUP, GROUP)
-            pairs = u8[..., :GROUP // 2] | (u8[..., GROUP // 2:] << 4)           # [rows, G, 16]
-            nibbles = pairs.view(rows // BLOCK, BLOCK, cols // GROUP, 4, 4).permute(0, 2, 3, 1, 4) \
-                .reshape(rows // BLOCK, cols // GROUP, 256)                      # [B, G, 4 quads x 16 rows x 4]
+            quads = _quads(q.to(torch.uint8))                                    # [B, G, 8, 16, 4]
+            nibbles = (quads[:, :, :4] | (quads[:, :, 4:] << 4)).reshape(rows // BLOCK, cols // GROUP, 256)
             sz = torch.stack([scale, low + 8 * scale]).to(torch.bfloat16)        # [2, rows, G]
             sz = sz.view(2, rows // BLOCK, BLOCK, cols // GROUP).permute(1, 3, 0, 2)  # [B, G, 2, 16]
             sz = sz.contiguous().view(torch.uint8).reshape(rows // BLOCK, cols // GROUP, 64)
