@@ -237,7 +237,7 @@ def _run_batch(args, defaults, jobs, errors, total, output, output_path, limits:
         pool = pool_cls(replicas, dataclasses.asdict(defaults), threads)
         try:
             schedule(todo, pool, jobs_per_call(defaults.batch_size), on_record, on_event=progress.note, limits=limits,
-                     affinity=defaults.prefix_cache and replicas > 1)
+                     affinity=defaults.prefix_cache)
         finally:
             pool.close()
     progress.show(force=True)

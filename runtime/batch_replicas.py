@@ -380,9 +380,9 @@ class Scheduler:
     def __init__(self, jobs: list[dict], pool, jobs_per_call: int, on_record, on_event=None,
                  limits: Limits = Limits(), affinity: bool = False):
         self.queue = deque((job, False) for job in jobs)   # (job, alone)
-        # affinity (--prefix-cache, one job a call): a replica keeps its last prefill, so it gets
-        # the next job whose prompt starts as its last one did (prompt_start)
-        self.affinity = affinity and jobs_per_call == 1
+        # affinity (--prefix-cache, one job a call, several replicas): a replica keeps its last
+        # prefill, so it gets the next job whose prompt starts as its last one did (prompt_start)
+        self.affinity = affinity and jobs_per_call == 1 and len(pool.slots) > 1
         self.start_of: dict = {}       # slot -> prompt_start of the last job it was sent
         self.pool, self.jobs_per_call, self.on_record, self.on_event, self.limits = \
             pool, jobs_per_call, on_record, on_event, limits
