@@ -654,12 +654,14 @@ template <int RB> struct PVf32 {
   }
 };
 
+// The lanes below `lo` of 16 (lanes >= lo are after the row's last key).
+TF_INLINE __mmask16 lanes_below(int lo) {
+  return lo >= 16 ? (__mmask16)0xFFFF : lo <= 0 ? (__mmask16)0 : (__mmask16)((1u << lo) - 1);
+}
+
 // Lane masks of a block for a row that sees its first `vis` keys (<= 0: none; >= NB: all).
 TF_INLINE void visible_lanes(int vis, __mmask16 keep[4]) {
-  for (int j = 0; j < 4; ++j) {
-    int lo = vis - 16 * j;  // lanes >= lo are after the row's last key
-    keep[j] = lo >= 16 ? (__mmask16)0xFFFF : lo <= 0 ? (__mmask16)0 : (__mmask16)((1u << lo) - 1);
-  }
+  for (int j = 0; j < 4; ++j) keep[j] = lanes_below(vis - 16 * j);
 }
 
 // Largest raw score among the first `vis` (>= 1) scores of a row (one reduction per chunk): four
@@ -746,9 +748,7 @@ TF_INLINE void exp_span(float* s, float c, float m, int vis, int n_end, float* l
     _mm512_storeu_si512(p + n / 2, (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
   }
   for (; n < n_end; n += 32) {
-    const int lo = vis - n, hi = vis - n - 16;
-    const __mmask16 k0 = lo >= 16 ? (__mmask16)0xFFFF : lo <= 0 ? (__mmask16)0 : (__mmask16)((1u << lo) - 1);
-    const __mmask16 k1 = hi >= 16 ? (__mmask16)0xFFFF : hi <= 0 ? (__mmask16)0 : (__mmask16)((1u << hi) - 1);
+    const __mmask16 k0 = lanes_below(vis - n), k1 = lanes_below(vis - n - 16);
     __m512 x0 = _mm512_setzero_ps(), x1 = _mm512_setzero_ps();
     if (k0) x0 = exp2_p_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + n), cv, mv), k0);
     if (k1) x1 = exp2_p_ps(_mm512_fmsub_ps(_mm512_loadu_ps(s + n + 16), cv, mv), k1);
