@@ -23,7 +23,7 @@ from triforce.actors.group import GroupSpec, RemoteCache, RemoteModel, ShardFail
 from triforce.runtime.config import RunConfig
 from triforce.runtime.engine import DRAFTER_MODES, Engine
 from triforce.runtime.errors import UserError
-from triforce.runtime.graphs import lower_level_forward
+from triforce.runtime.graphs import level_forward
 from triforce.runtime.model import TORCH_DTYPES
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
 from triforce.runtime.placement import Placement
@@ -87,7 +87,7 @@ class RayEngine(Engine):
                 d = self.drafter
                 cache = make_cache(spec.cache, d.cfg, d.rope(spec.cache.positions), self.device, d.dtype)
                 built = Level(spec.name, d, cache, run.sampling, spec.max_pass, role=spec.model)
-                built.forward = lower_level_forward(d, cache, run.cuda_graphs)   # as the local engine's
+                built.forward = level_forward(d, cache, run.cuda_graphs)   # as the local engine's
                 return built
             remote[spec.name] = spec.cache.to_dict()
             cache = RemoteCache(self.group, spec.name, spec.cache.kind)

@@ -190,7 +190,7 @@ class RunConfig:
     model: str | None = None        # target checkpoint directory; None = the embedded default (SmolLM2-135M)
     dtype: str = "fp32"             # weights and KV dtype: fp32 | bf16 | fp16
     device: str = "auto"            # "auto" (cuda if available, else cpu), "cpu", "cuda", "cuda:1", ...
-    cuda_graphs: bool = True        # on CUDA, the lower levels' passes of up to 16 tokens replay from CUDA graphs
+    cuda_graphs: bool = True        # on CUDA, the lower levels' passes of up to 16 tokens and the target's 1-token ones replay
                                     # (runtime/graphs.py); False: every pass runs eagerly
     mode: str = "ar"                # decoding mode (see MODES)
     lookup: bool = True             # speculative modes: a verifier also takes drafts copied from the sequence

@@ -18,9 +18,13 @@ capacity, end() counts the tokens. Any cache with slots() (full, retrieval, stre
 One graph per (T, rows) a level asks for at least twice (a length seen once, such as a catch-up
 after a rejection, runs eagerly), up to MAX_TOKENS tokens (prefill chunks run eagerly); a level's
 graphs share one memory pool. Where there is no CUDA, or capture=False, the same static pass runs
-eagerly: that is how the CPU tests check it. The engine gives graphs to the lower levels only: the
-full target's pass keeps the eager kernels (flash attention over its filled length), so the output
-stays bit for bit `ar`'s.
+eagerly: that is how the CPU tests check it.
+
+The full target replays its 1-token passes only (`ar`'s decode; TARGET_MAX_TOKENS): eager, such a
+pass is bound by launches as the lower levels' are (30.1 ms against 10.5 replayed at 32K on an
+H200, round 24). Its verify passes (T > 1) stay eager on the flash kernel over the filled length:
+under a [T, capacity] mask SDPA picks a kernel that splits the work over queries only (85-90 ms
+against 23 at 120K, round 24).
 """
 from __future__ import annotations
 
@@ -32,16 +36,18 @@ import torch
 from triforce.runtime.attention import attend_masked
 from triforce.runtime.rope import Rope
 
-MAX_TOKENS = 16   # longer passes (prefill chunks) run eagerly
-CAPTURE_AT = 2    # a (T, rows) is captured the second time it is asked for
+MAX_TOKENS = 16         # a lower level's longer passes (prefill chunks) run eagerly
+TARGET_MAX_TOKENS = 1   # the full target's verify passes run eagerly (the module doc)
+CAPTURE_AT = 2          # a (T, rows) is captured the second time it is asked for
 
 
-def lower_level_forward(model, cache, enabled: bool):
-    """The forward a lower level (drafter, middle level) runs with: replayed from CUDA graphs where
-    `enabled` (RunConfig.cuda_graphs), the model is on CUDA and its weights are resident; else the
-    model itself. The local engine and the Ray coordinator (its drafter) both ask here."""
+def level_forward(model, cache, enabled: bool, max_tokens: int = MAX_TOKENS):
+    """The forward a level runs with: its passes of up to `max_tokens` tokens replayed from CUDA
+    graphs where `enabled` (RunConfig.cuda_graphs), the model is on CUDA and its weights are
+    resident; else the model itself. The local engine and the Ray coordinator (its drafter) both
+    ask here."""
     if enabled and model.device.type == "cuda" and replayable(model):
-        return GraphedForward(model, cache)
+        return GraphedForward(model, cache, max_tokens=max_tokens)
     return model
 
 
@@ -129,8 +135,8 @@ class GraphedForward:
     """A level's forward, model(tokens, cache, last_only) as Level.feed calls it, with the small
     passes over `cache` replayed from CUDA graphs (the module doc); every other pass is the model's."""
 
-    def __init__(self, model, cache, capture: bool | None = None):
-        self.model, self.cache = model, cache
+    def __init__(self, model, cache, capture: bool | None = None, max_tokens: int = MAX_TOKENS):
+        self.model, self.cache, self.max_tokens = model, cache, max_tokens
         self.capture = torch.cuda.is_available() and model.device.type == "cuda" if capture is None else capture
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
         self.passes: dict[tuple[int, int], CapturedPass] = {}
@@ -143,7 +149,7 @@ class GraphedForward:
     def _key(self, tokens: torch.Tensor, cache, last_only) -> tuple[int, int] | None:
         """(T, rows) of a pass this forward replays once captured, or None for one that stays the model's."""
         T = tokens.shape[1]                                           # tokens [B, T]
-        if (cache is not self.cache or not self.has_slots or self.failed or T > MAX_TOKENS
+        if (cache is not self.cache or not self.has_slots or self.failed or T > self.max_tokens
                 or isinstance(last_only, torch.Tensor)):
             return None
         return T, (T if not last_only or int(last_only) >= T else int(last_only))

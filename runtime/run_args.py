@@ -25,7 +25,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", default=None,
                    help="on CUDA, run every pass eagerly (by default the drafter's and the middle level's passes "
-                   "of up to 16 tokens replay from CUDA graphs)")
+                   "of up to 16 tokens, and the target's 1-token passes, replay from CUDA graphs)")
     p.add_argument("--no-lookup", dest="lookup", action="store_false", default=None,
                    help="speculative modes: no drafts copied from the sequence itself (by default, where the "
                    "sequence's end repeats an earlier place, a verifier takes the tokens that followed there as "

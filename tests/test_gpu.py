@@ -83,7 +83,8 @@ def test_copy_lanes_order_by_events_on_cuda():
 def test_lower_levels_replay_cuda_graphs(tiny_random_pair):
     """A captured pass computes what the same static pass computes eagerly, logits and K/V, pass
     after pass (runtime/graphs.py); and a `triforce` request on CUDA replays its lower
-    levels' passes from graphs while emitting `ar`'s tokens."""
+    levels' passes from graphs while emitting `ar`'s tokens, as `ar` does replaying its 1-token
+    passes and running them eagerly."""
     from triforce.runtime import graphs
     from triforce.runtime.cache_full import FullCache
     from triforce.runtime.model import load_model
@@ -114,8 +115,12 @@ def test_lower_levels_replay_cuda_graphs(tiny_random_pair):
     engine.build_stack = lambda run, capacity: stacks.append(build_stack(run, capacity)) or stacks[-1]
     prompt = random_ids(320, 517)
     expected = engine.generate(prompt, RunConfig(mode="ar", **base)).token_ids
+    (ar_target,) = stacks[-1][0]
+    assert ar_target.forward.captured == 1                      # `ar`'s 1-token passes replay
+    assert engine.generate(prompt, RunConfig(mode="ar", cuda_graphs=False, **base)).token_ids == expected
     assert engine.generate(prompt, RunConfig(mode="triforce", **base)).token_ids == expected
     drafter_level, middle, top = stacks[-1][0]
-    assert drafter_level.forward.captured and middle.forward.captured and top.forward is top.model
+    assert drafter_level.forward.captured and middle.forward.captured
+    assert set(top.forward.passes) <= {(1, 1)}                 # the target's verify passes stay eager
     assert engine.generate(prompt, RunConfig(mode="triforce", cuda_graphs=False, **base)).token_ids == expected
     assert stacks[-1][0][0].forward is stacks[-1][0][0].model

@@ -166,14 +166,35 @@ def test_models_that_stream_weights_are_not_replayed(tiny_random_pair):
         tier.close()
 
 
-def test_lower_level_forward_replays_only_resident_models_on_cuda(tiny_random_pair):
+def test_level_forward_replays_only_resident_models_on_cuda(tiny_random_pair):
     """The one place the engine and the Ray coordinator ask: on a CPU, or with cuda_graphs off, a
-    lower level runs its model as it is."""
-    from triforce.runtime.graphs import lower_level_forward
+    level runs its model as it is."""
+    from triforce.runtime.graphs import TARGET_MAX_TOKENS, level_forward
     model = load_model(tiny_random_pair[0], "fp32")
-    cache = filled("streaming", model, random_ids(320, 40))
-    assert lower_level_forward(model, cache, True) is model
-    assert lower_level_forward(model, cache, False) is model
+    for kind, most in (("streaming", graphs.MAX_TOKENS), ("full", TARGET_MAX_TOKENS)):
+        cache = filled(kind, model, random_ids(320, 40))
+        assert level_forward(model, cache, True, most) is model
+        assert level_forward(model, cache, False, most) is model
+
+
+def test_the_target_replays_only_its_one_token_passes(tiny_random_pair, monkeypatch):
+    """The full target's forward (TARGET_MAX_TOKENS) takes the static pass for `ar`'s 1-token
+    passes, which compute what the model's own pass computes; a verify pass of T > 1 is the
+    model's own, however often asked for."""
+    monkeypatch.setattr(graphs, "CAPTURE_AT", 1)
+    model = load_model(tiny_random_pair[0], "fp32")
+    ids = random_ids(320, 60)
+    static_cache, eager_cache = (filled("full", model, ids[:40]) for _ in range(2))
+    forward = graphs.GraphedForward(model, static_cache, capture=False, max_tokens=graphs.TARGET_MAX_TOKENS)
+    at = 40
+    for T in (1, 1, 4, 1, 3):
+        x = torch.tensor([ids[at:at + T]])
+        torch.testing.assert_close(forward(x, static_cache, last_only=T), model(x, eager_cache, last_only=T),
+                                   rtol=1e-4, atol=1e-4)
+        at += T
+    assert set(forward.passes) == {(1, 1)}     # the 4- and 3-token passes never took the static pass
+    assert static_cache.get_seq_length() == eager_cache.get_seq_length() == at
+    torch.testing.assert_close(static_cache.k[:, :, :, :at], eager_cache.k[:, :, :, :at], rtol=1e-5, atol=1e-5)
 
 
 def test_a_cache_without_slots_runs_eagerly(tiny_random_pair, monkeypatch):
