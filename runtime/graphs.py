@@ -20,11 +20,17 @@ after a rejection, runs eagerly), up to MAX_TOKENS tokens (prefill chunks run ea
 graphs share one memory pool. Where there is no CUDA, or capture=False, the same static pass runs
 eagerly: that is how the CPU tests check it.
 
-The full target replays its 1-token passes only (`ar`'s decode; TARGET_MAX_TOKENS): eager, such a
-pass is bound by launches as the lower levels' are (30.1 ms against 10.5 replayed at 32K on an
-H200, round 24). Its verify passes (T > 1) stay eager on the flash kernel over the filled length:
-under a [T, capacity] mask SDPA picks a kernel that splits the work over queries only (85-90 ms
-against 23 at 120K, round 24).
+The full target's passes are bound by launches too (an eager 1-token pass of Llama-2-7B took 25-31
+ms at 32K-120K on an H200, replayed 11.9-23.7; BENCHMARKS "GPU", round 33), but only its 1-token
+passes (`ar`'s decode) replay whole (TARGET_WHOLE_TOKENS, for every level on the target's weights:
+the middle level and StreamingLLM too). Under a [T, capacity] mask with T > 1
+SDPA picks a kernel that splits the work over queries only: 0.67-0.73 ms a layer at 32K and
+2.4-2.7 ms at 120K, against 0.14 and 0.51 for the flash kernel over the filled length (round 33).
+So their longer passes replay in pieces (PiecewisePass): a graph for each stretch between two
+attentions, and each layer's attention run eagerly between them, over [0, start + T) as the
+model's own pass runs it: the same kernels, so the same output, without the launches around them.
+A layer of the target's weights keeps the GPU busy longer (0.1 ms for its weights alone) than
+Python takes to launch its attention; the 68M drafter's does not, so its passes replay whole.
 """
 from __future__ import annotations
 
@@ -33,21 +39,21 @@ from collections import Counter
 
 import torch
 
-from triforce.runtime.attention import attend_masked
+from triforce.runtime.attention import attend, attend_masked
 from triforce.runtime.rope import Rope
 
-MAX_TOKENS = 16         # a lower level's longer passes (prefill chunks) run eagerly
-TARGET_MAX_TOKENS = 1   # the full target's verify passes run eagerly (the module doc)
-CAPTURE_AT = 2          # a (T, rows) is captured the second time it is asked for
+MAX_TOKENS = 16           # longer passes (prefill chunks) run eagerly
+TARGET_WHOLE_TOKENS = 1   # a level on the target's weights replays longer passes in pieces (the module doc)
+CAPTURE_AT = 2            # a (T, rows) is captured the second time it is asked for
 
 
-def level_forward(model, cache, enabled: bool, max_tokens: int = MAX_TOKENS):
-    """The forward a level runs with: its passes of up to `max_tokens` tokens replayed from CUDA
-    graphs where `enabled` (RunConfig.cuda_graphs), the model is on CUDA and its weights are
-    resident; else the model itself. The local engine and the Ray coordinator (its drafter) both
-    ask here."""
+def level_forward(model, cache, enabled: bool, whole_tokens: int = MAX_TOKENS):
+    """The forward a level runs with: its passes of up to MAX_TOKENS tokens replayed from CUDA
+    graphs (whole up to `whole_tokens`, in pieces above) where `enabled` (RunConfig.cuda_graphs),
+    the model is on CUDA and its weights are resident; else the model itself. The local engine and
+    the Ray coordinator (its drafter) both ask here."""
     if enabled and model.device.type == "cuda" and replayable(model):
-        return GraphedForward(model, cache, max_tokens=max_tokens)
+        return GraphedForward(model, cache, whole_tokens=whole_tokens)
     return model
 
 
@@ -84,13 +90,17 @@ class StaticSlots:
         return self.cos, self.sin
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q [B, H, T, D] (after RoPE), k/v [B, Hkv, T, D] (k before) -> [B, T, H, D]: the K/V stored
-        at the slots `index` as the cache's update() stores them, then attention over the whole buffer."""
+        """q [B, H, T, D] (after RoPE), k/v [B, Hkv, T, D] (k before) -> [B, T, H, D]: the K/V
+        stored, then attention over the whole buffer."""
+        self.store(layer, q, k, v)
+        return attend_masked(q, self.k[layer], self.v[layer], self.visible)
+
+    def store(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The pass's K/V at the slots `index`, as the cache's update() stores them."""
         self.k[layer].index_copy_(2, self.index, Rope.rotate(k, self.cos, self.sin))
         self.v[layer].index_copy_(2, self.index, v)
         if self.last_query is not None:     # the full cache keeps it for the retrieval rebuild
             self.last_query[layer] = q[:, :, -1]
-        return attend_masked(q, self.k[layer], self.v[layer], self.visible)
 
     def end(self) -> None:
         """Nothing: the real cache counts the tokens (GraphedForward calls its end())."""
@@ -130,13 +140,90 @@ class CapturedPass:
         self.graph.replay()
         return self.logits
 
+    @property
+    def replays(self) -> bool:
+        return self.graph is not None
+
+
+class PiecewisePass:
+    """One (T, rows) pass replayed in pieces (the module doc): piece i is layer i-1's attention
+    output and MLP, then layer i's projections with its K/V stored at the slots (piece 0 embeds
+    the tokens, piece L ends with the head), each replayed from its own graph or run eagerly; layer
+    i's attention runs eagerly after piece i over the `seen` keys [0, start + T)."""
+
+    def __init__(self, model, static: StaticSlots, tokens: torch.Tensor, rows: int):
+        self.model, self.static, self.rows = model, static, rows
+        self.layers = model.model.layers
+        self.tokens = torch.empty_like(tokens)                        # [B, T]
+        B, T = tokens.shape
+        self.attended = [torch.empty(B, T, model.cfg.num_heads, model.cfg.head_dim, dtype=model.dtype,
+                                     device=tokens.device) for _ in self.layers]   # each [B, T, H, D]
+        self.outputs: list = [None] * (len(self.layers) + 1)    # piece i's (x, q); the last's (logits,)
+        self.graphs = None
+        self.seen = 0
+
+    def piece(self, i: int) -> tuple:
+        if i == 0:
+            x = self.model.model.embed_tokens(self.tokens)            # [B, T, E]
+        else:
+            before = self.layers[i - 1]
+            x = before.feed_forward(self.outputs[i - 1][0] + before.self_attn.output(self.attended[i - 1]))
+        if i == len(self.layers):
+            return (self.model.head(x, self.rows),)                   # [B, rows, V] float32
+        layer = self.layers[i]
+        q, k, v = layer.self_attn.queries(layer.input_layernorm(x), self.static.cos, self.static.sin)
+        self.static.store(i, q, k, v)
+        return x, q                                                   # [B, T, E], [B, H, T, D]
+
+    def attention(self, i: int) -> None:
+        """Layer i's attention over the seen keys, as the model's own pass runs it."""
+        k, v = self.static.k[i][:, :, :self.seen], self.static.v[i][:, :, :self.seen]   # [B, Hkv, S, D]
+        self.attended[i].copy_(attend(self.outputs[i][1], k, v))
+
+    def forward(self) -> torch.Tensor:
+        for i in range(len(self.outputs)):
+            self.outputs[i] = self.piece(i)
+            if i < len(self.layers):
+                self.attention(i)
+        return self.outputs[-1][0]
+
+    def capture(self, pool) -> None:
+        """Warms up on a side stream, then captures each piece (its inputs are the graphs' and
+        `attended`'s tensors at fixed addresses); then runs the pass in flight from the graphs."""
+        device = self.tokens.device
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self.forward()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graphs = []
+        for i in range(len(self.outputs)):
+            graphs.append(torch.cuda.CUDAGraph())
+            with torch.cuda.graph(graphs[-1], pool=pool):
+                self.outputs[i] = self.piece(i)
+        self.graphs = graphs
+
+    def run(self) -> torch.Tensor:
+        if self.graphs is None:
+            return self.forward()
+        for i, graph in enumerate(self.graphs):
+            graph.replay()
+            if i < len(self.layers):
+                self.attention(i)
+        return self.outputs[-1][0]
+
+    @property
+    def replays(self) -> bool:
+        return self.graphs is not None
+
 
 class GraphedForward:
     """A level's forward, model(tokens, cache, last_only) as Level.feed calls it, with the small
     passes over `cache` replayed from CUDA graphs (the module doc); every other pass is the model's."""
 
-    def __init__(self, model, cache, capture: bool | None = None, max_tokens: int = MAX_TOKENS):
-        self.model, self.cache, self.max_tokens = model, cache, max_tokens
+    def __init__(self, model, cache, capture: bool | None = None, whole_tokens: int = MAX_TOKENS):
+        self.model, self.cache, self.whole_tokens = model, cache, whole_tokens
         self.capture = torch.cuda.is_available() and model.device.type == "cuda" if capture is None else capture
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
         self.passes: dict[tuple[int, int], CapturedPass] = {}
@@ -149,7 +236,7 @@ class GraphedForward:
     def _key(self, tokens: torch.Tensor, cache, last_only) -> tuple[int, int] | None:
         """(T, rows) of a pass this forward replays once captured, or None for one that stays the model's."""
         T = tokens.shape[1]                                           # tokens [B, T]
-        if (cache is not self.cache or not self.has_slots or self.failed or T > self.max_tokens
+        if (cache is not self.cache or not self.has_slots or self.failed or T > MAX_TOKENS
                 or isinstance(last_only, torch.Tensor)):
             return None
         return T, (T if not last_only or int(last_only) >= T else int(last_only))
@@ -184,9 +271,11 @@ class GraphedForward:
         step = self.passes.get(key)
         fresh = step is None
         if fresh:
-            step = self.passes[key] = CapturedPass(self.model, StaticSlots(k, v, last_query, cos, sin), tokens, rows)
+            kind = CapturedPass if T <= self.whole_tokens else PiecewisePass
+            step = self.passes[key] = kind(self.model, StaticSlots(k, v, last_query, cos, sin), tokens, rows)
         step.tokens.copy_(tokens)
         step.static.load(cos, sin, step.static.key_slots[start:start + T])
+        step.seen = start + T                                         # (a piecewise pass's attention reads it)
         if fresh and self.capture:
             try:
                 step.capture(self.pool)
@@ -200,7 +289,7 @@ class GraphedForward:
     @property
     def captured(self) -> int:
         """How many pass shapes replay from graphs."""
-        return sum(p.graph is not None for p in self.passes.values())
+        return sum(p.replays for p in self.passes.values())
 
     def __getattr__(self, name):   # device, dtype, cfg, counts_rows ...: the model's
         if name.startswith("__") or "model" not in self.__dict__:   # copy/pickle probes, a half-built object

@@ -59,14 +59,23 @@ class Attention(nn.Module):
                 v.view(B, T, self.Hkv, self.D).transpose(1, 2))         # [B, Hkv, T, D]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        B, T, _ = x.shape                                              # x [B, T, E]
-        q, k, v = self.project(x)
-        q = Rope.rotate(q, cos, sin)
+        q, k, v = self.queries(x, cos, sin)
         if hasattr(cache, "attend"):   # a cache that attends itself: packed sequences, a captured pass
             out = cache.attend(self.layer, q, k, v)                    # [B, T, H, D]
         else:
             k, v = cache.update(self.layer, q, k, v)                   # [B, Hkv, S, D]
             out = attend(q, k, v)                                      # [B, T, H, D]
+        return self.output(out)
+
+    def queries(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [B, T, E] -> q [B, H, T, D] after RoPE, k and v [B, Hkv, T, D] (k before): the part
+        before attention (a pass replayed in pieces stops here: runtime/graphs.py)."""
+        q, k, v = self.project(x)
+        return Rope.rotate(q, cos, sin), k, v
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """Attention's out [B, T, H, D] -> [B, T, E]: the part after it."""
+        B, T = out.shape[:2]
         return self.o_proj(out.reshape(B, T, self.H * self.D))
 
 
@@ -96,6 +105,10 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, cache):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        return self.feed_forward(x)
+
+    def feed_forward(self, x):
+        """The residual stream after attention -> after the MLP (x [B, T, E])."""
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -159,6 +172,10 @@ class Transformer(nn.Module):
             for layer in self.model.layers:
                 x = layer(x, cos, sin, cache)
         cache.end()
+        return self.head(x, last_only)
+
+    def head(self, x: torch.Tensor, last_only=False) -> torch.Tensor:
+        """The last layer's x [B, T, E] -> logits [B, R, V] float32 of the rows last_only picks."""
         if isinstance(last_only, torch.Tensor):   # the rows' indices (a packed pass: PackedCache.rows)
             x = x[:, last_only]                                        # [B, R, E]
         elif 0 < int(last_only) < x.shape[1]:

@@ -121,6 +121,7 @@ def test_lower_levels_replay_cuda_graphs(tiny_random_pair):
     assert engine.generate(prompt, RunConfig(mode="triforce", **base)).token_ids == expected
     drafter_level, middle, top = stacks[-1][0]
     assert drafter_level.forward.captured and middle.forward.captured
-    assert set(top.forward.passes) <= {(1, 1)}                 # the target's verify passes stay eager
+    pieces = [p for (T, _), p in top.forward.passes.items() if T > 1]
+    assert pieces and all(isinstance(p, graphs.PiecewisePass) and p.graphs for p in pieces)   # the verify passes
     assert engine.generate(prompt, RunConfig(mode="triforce", cuda_graphs=False, **base)).token_ids == expected
     assert stacks[-1][0][0].forward is stacks[-1][0][0].model

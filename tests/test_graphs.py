@@ -169,32 +169,41 @@ def test_models_that_stream_weights_are_not_replayed(tiny_random_pair):
 def test_level_forward_replays_only_resident_models_on_cuda(tiny_random_pair):
     """The one place the engine and the Ray coordinator ask: on a CPU, or with cuda_graphs off, a
     level runs its model as it is."""
-    from triforce.runtime.graphs import TARGET_MAX_TOKENS, level_forward
+    from triforce.runtime.graphs import TARGET_WHOLE_TOKENS, level_forward
     model = load_model(tiny_random_pair[0], "fp32")
-    for kind, most in (("streaming", graphs.MAX_TOKENS), ("full", TARGET_MAX_TOKENS)):
+    for kind, whole in (("streaming", graphs.MAX_TOKENS), ("full", TARGET_WHOLE_TOKENS)):
         cache = filled(kind, model, random_ids(320, 40))
-        assert level_forward(model, cache, True, most) is model
-        assert level_forward(model, cache, False, most) is model
+        assert level_forward(model, cache, True, whole) is model
+        assert level_forward(model, cache, False, whole) is model
 
 
-def test_the_target_replays_only_its_one_token_passes(tiny_random_pair, monkeypatch):
-    """The full target's forward (TARGET_MAX_TOKENS) takes the static pass for `ar`'s 1-token
-    passes, which compute what the model's own pass computes; a verify pass of T > 1 is the
-    model's own, however often asked for."""
+@pytest.mark.parametrize("kind, dtype", [("full", "fp32"), ("full", "bf16"), ("retrieval", "fp32"), ("streaming", "fp32")])
+def test_levels_on_the_target_weights_replay_longer_passes_in_pieces(tiny_random_pair, monkeypatch, kind, dtype):
+    """A forward with TARGET_WHOLE_TOKENS (the levels on the target's weights) takes the whole
+    static pass for 1-token passes and the piecewise one (attention between the pieces, over the
+    filled length) for longer ones: each computes what the model's own pass computes, logits and
+    K/V, pass after pass, on every cache that has slots; passes beyond MAX_TOKENS stay the model's."""
     monkeypatch.setattr(graphs, "CAPTURE_AT", 1)
-    model = load_model(tiny_random_pair[0], "fp32")
-    ids = random_ids(320, 60)
-    static_cache, eager_cache = (filled("full", model, ids[:40]) for _ in range(2))
-    forward = graphs.GraphedForward(model, static_cache, capture=False, max_tokens=graphs.TARGET_MAX_TOKENS)
+    model = load_model(tiny_random_pair[0], dtype)
+    ids = random_ids(320, 80)
+    static_cache, eager_cache = (filled(kind, model, ids[:40]) for _ in range(2))
+    forward = graphs.GraphedForward(model, static_cache, capture=False, whole_tokens=graphs.TARGET_WHOLE_TOKENS)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == "fp32" else dict(rtol=2e-2, atol=2e-2)
     at = 40
-    for T in (1, 1, 4, 1, 3):
+    for T, rows in ((1, 1), (4, 4), (1, 1), (3, 3), (4, 4), (17, 1), (2, 1)):
         x = torch.tensor([ids[at:at + T]])
-        torch.testing.assert_close(forward(x, static_cache, last_only=T), model(x, eager_cache, last_only=T),
-                                   rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(forward(x, static_cache, last_only=rows), model(x, eager_cache, last_only=rows), **tol)
         at += T
-    assert set(forward.passes) == {(1, 1)}     # the 4- and 3-token passes never took the static pass
-    assert static_cache.get_seq_length() == eager_cache.get_seq_length() == at
-    torch.testing.assert_close(static_cache.k[:, :, :, :at], eager_cache.k[:, :, :, :at], rtol=1e-5, atol=1e-5)
+        assert static_cache.get_seq_length() == eager_cache.get_seq_length() == at
+    assert {key: type(p).__name__ for key, p in forward.passes.items()} == {
+        (1, 1): "CapturedPass", (4, 4): "PiecewisePass", (3, 3): "PiecewisePass", (2, 1): "PiecewisePass"}
+    assert forward.captured == 0                                 # run eagerly: none replays
+    (k, v, n, last_query), (k_eager, v_eager, n_eager, last_query_eager) = static_cache.slots(), eager_cache.slots()
+    assert n == n_eager
+    torch.testing.assert_close(k[:, :, :, :n], k_eager[:, :, :, :n], **tol)
+    torch.testing.assert_close(v[:, :, :, :n], v_eager[:, :, :, :n], **tol)
+    if last_query is not None:
+        torch.testing.assert_close(last_query, last_query_eager, **tol)
 
 
 def test_a_cache_without_slots_runs_eagerly(tiny_random_pair, monkeypatch):
