@@ -106,6 +106,17 @@ class StaticSlots:
         """Nothing: the real cache counts the tokens (GraphedForward calls its end())."""
 
 
+def warm_up(forward, device: torch.device) -> None:
+    """Runs a pass twice on a side stream, as capture needs. Its inputs already hold the pass in
+    flight, so the warm-up passes write the K/V that the replay writes again."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream(device).wait_stream(side)
+
+
 class CapturedPass:
     """One (T, rows) pass of a model over StaticSlots: replayed from a CUDA graph, or run eagerly."""
 
@@ -120,15 +131,7 @@ class CapturedPass:
         return self.logits
 
     def capture(self, pool) -> None:
-        """Warms up on a side stream (as capture needs), then captures. The inputs already hold the
-        pass in flight, so the warm-up passes write the K/V that the replay writes again."""
-        device = self.tokens.device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.forward()
-        torch.cuda.current_stream(device).wait_stream(side)
+        warm_up(self.forward, self.tokens.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
             self.forward()
@@ -188,15 +191,9 @@ class PiecewisePass:
         return self.outputs[-1][0]
 
     def capture(self, pool) -> None:
-        """Warms up on a side stream, then captures each piece (its inputs are the graphs' and
-        `attended`'s tensors at fixed addresses); then runs the pass in flight from the graphs."""
-        device = self.tokens.device
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self.forward()
-        torch.cuda.current_stream(device).wait_stream(side)
+        """Each piece in its own graph: its inputs are the earlier pieces' outputs and `attended`,
+        tensors at fixed addresses."""
+        warm_up(self.forward, self.tokens.device)
         graphs = []
         for i in range(len(self.outputs)):
             graphs.append(torch.cuda.CUDAGraph())
