@@ -120,6 +120,24 @@ def test_both_layouts_hold_the_same_weights(kernels, cls):
     torch.testing.assert_close(native.dequantized(), portable.dequantized(), rtol=2 ** -7, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_native_quantization_gives_its_torch_twins_bits(kernels, dtype):
+    """quant_cpu.cpp's quantize_int4 / quantize_int8 (what a quantized linear is built with where the
+    native kernels run) give int4_packed_reference's and int8_packed_reference's bytes: ragged O and
+    K, constant rows and groups (scale clamped to 1e-12), zeros, large values."""
+    g = torch.Generator().manual_seed(1)
+    for O, K in SHAPES + [(16, 32), (3072, 576)]:
+        w = torch.randn(O, K, generator=g) * 0.05
+        w[0, :40] = 0.0                                              # a zero group
+        w[min(2, O - 1)] = 0.01                                      # a constant row
+        w[-1, -3:] = torch.tensor([3e3, -7e2, 1e-8])                 # wide range in the last group
+        w = w.to(dtype)
+        assert torch.equal(kernels.quantize_int4(w), quant.int4_packed_reference(w)), (O, K)
+        packed, scales = kernels.quantize_int8(w)
+        reference_packed, reference_scales = quant.int8_packed_reference(w)
+        assert torch.equal(packed, reference_packed) and torch.equal(scales, reference_scales), (O, K)
+
+
 @pytest.mark.parametrize("cls,per_weight", [(Int8Linear, 1.0), (Int4Linear, 0.625)])
 def test_weight_bytes_count_one_packed_copy(kernels, cls, per_weight):
     _, layer = make(cls, 960, 576, torch.bfloat16, bias=False)

@@ -287,9 +287,165 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, c10::optional<t
   return quant_linear(x, packed, nullptr, bias, out_features, true);
 }
 
+// The packed layouts above, from a dense weight w [O, K] (bf16 or fp32): what runtime/quant.py's
+// torch twins (int8_packed_reference, int4_packed_reference) compute, bit for bit, in one pass per
+// block (the torch ops took ~1 s of every start-up for the lower levels' copies of SmolLM2-135M).
+// Each step is one IEEE fp32 operation as torch does it elementwise: a difference, a quotient,
+// rounding half to even, and bf16 by round to nearest even.
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);   // round to nearest even (finite f)
+}
+
+template <typename T>
+void fill_group(const T* w, int64_t O, int64_t K, int64_t o, int64_t c0, float* v) {   // v[32]: zero past O, K
+  for (int c = 0; c < GROUP; ++c)
+    v[c] = (o < O && c0 + c < K) ? static_cast<float>(w[o * K + c0 + c]) : 0.f;
+}
+
+#if TF_AVX512
+// w[o, c0 .. c0 + 31] as fp32 in two zmm (zero past O, K)
+template <typename T>
+inline void load_group(const T* w, int64_t O, int64_t K, int64_t o, int64_t c0, __m512& v0, __m512& v1) {
+  if (o < O && c0 + GROUP <= K) {   // a whole group: straight from the row
+    if constexpr (std::is_same_v<T, float>) {
+      v0 = _mm512_loadu_ps(w + o * K + c0), v1 = _mm512_loadu_ps(w + o * K + c0 + 16);
+    } else {   // bf16 -> fp32: the 16 bits on top
+      const __m512i raw = _mm512_loadu_si512(w + o * K + c0);
+      v0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(raw)), 16));
+      v1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(raw, 1)), 16));
+    }
+    return;
+  }
+  alignas(64) float v[GROUP];
+  fill_group(w, O, K, o, c0, v);
+  v0 = _mm512_load_ps(v), v1 = _mm512_load_ps(v + 16);
+}
+#endif
+
+// packed [O/16, K/32, 320] uint8: q = round((w - low) / s) in 0..15 per row and group of 32 columns,
+// s = max((high - low) / 15, 1e-12), nibbles (quad c low, quad c + 4 high), then bf16 s[16], z[16]
+// with z = low + 8 s (the value q = 8 stands for)
+torch::Tensor quantize_int4(const torch::Tensor& w_in) {
+  TORCH_CHECK(w_in.dim() == 2 && (w_in.scalar_type() == at::kBFloat16 || w_in.scalar_type() == at::kFloat),
+              "quantize_int4: w [O, K] bf16 or fp32 expected, got ", w_in.sizes(), " ", w_in.scalar_type());
+  const torch::Tensor w = w_in.contiguous();
+  const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
+  auto packed = torch::empty({blocks, G, INT4_GROUP_BYTES}, w.options().dtype(at::kByte));
+  uint8_t* out = packed.data_ptr<uint8_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, w.scalar_type(), "quantize_int4", [&] {
+    const scalar_t* wp = w.data_ptr<scalar_t>();
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      [[maybe_unused]] float v[GROUP];   // (the portable path)
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t g = 0; g < G; ++g) {
+          uint8_t* dst = out + (b * G + g) * INT4_GROUP_BYTES;
+          auto* sz = reinterpret_cast<uint16_t*>(dst + GROUP * BLOCK / 2);
+          for (int j = 0; j < BLOCK; ++j) {
+            const int64_t o = b * BLOCK + j, c0 = g * GROUP;
+#if TF_AVX512
+            __m512 v0, v1;
+            load_group(wp, O, K, o, c0, v0, v1);
+            const float low = _mm512_reduce_min_ps(_mm512_min_ps(v0, v1)), high = _mm512_reduce_max_ps(_mm512_max_ps(v0, v1));
+            const float scale = std::max((high - low) / 15.f, 1e-12f);
+            const __m512 lo = _mm512_set1_ps(low), sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps(), top = _mm512_set1_ps(15.f);
+            __m128i half[2];
+            for (int h = 0; h < 2; ++h) {   // the same IEEE steps as the scalar loop below, 16 lanes at a time
+              __m512 t = _mm512_div_ps(_mm512_sub_ps(h ? v1 : v0, lo), sc);
+              t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+              t = _mm512_min_ps(_mm512_max_ps(t, zero), top);
+              half[h] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));   // q[16h .. 16h + 15]
+            }
+            // quad c's 4 columns low, quad c + 4's high: 4 words, one per quad (codes < 16: no carry)
+            alignas(16) uint32_t words[4];
+            _mm_store_si128(reinterpret_cast<__m128i*>(words), _mm_or_si128(half[0], _mm_slli_epi16(half[1], 4)));
+            for (int quad = 0; quad < 4; ++quad) std::memcpy(dst + (quad * BLOCK + j) * 4, words + quad, 4);
+#else
+            uint8_t q[GROUP];
+            fill_group(wp, O, K, o, c0, v);
+            float low = v[0], high = v[0];
+            for (int c = 1; c < GROUP; ++c) low = std::min(low, v[c]), high = std::max(high, v[c]);
+            const float scale = std::max((high - low) / 15.f, 1e-12f);
+            for (int c = 0; c < GROUP; ++c)
+              q[c] = (uint8_t)std::clamp(std::nearbyint((v[c] - low) / scale), 0.f, 15.f);
+            for (int quad = 0; quad < 4; ++quad)
+              for (int c = 0; c < 4; ++c)
+                dst[(quad * BLOCK + j) * 4 + c] = (uint8_t)(q[4 * quad + c] | (q[16 + 4 * quad + c] << 4));
+#endif
+            volatile float eight_scale = 8.f * scale;   // two roundings, as torch's low + 8 * scale (no fused multiply-add)
+            sz[j] = bf16_bits(scale);
+            sz[BLOCK + j] = bf16_bits(low + eight_scale);
+          }
+        }
+    });
+  });
+  return packed;
+}
+
+// (packed [O/16, K/32, 512] uint8 of q + 128, scales [O rounded up to 16] fp32, 0 past O):
+// q = round(w / s) in -127..127 per row, s = max(max|w| / 127, 1e-12)
+std::vector<torch::Tensor> quantize_int8(const torch::Tensor& w_in) {
+  TORCH_CHECK(w_in.dim() == 2 && (w_in.scalar_type() == at::kBFloat16 || w_in.scalar_type() == at::kFloat),
+              "quantize_int8: w [O, K] bf16 or fp32 expected, got ", w_in.sizes(), " ", w_in.scalar_type());
+  const torch::Tensor w = w_in.contiguous();
+  const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
+  auto packed = torch::empty({blocks, G, INT8_GROUP_BYTES}, w.options().dtype(at::kByte));
+  auto scales = torch::zeros({blocks * BLOCK}, w.options().dtype(at::kFloat));
+  uint8_t* out = packed.data_ptr<uint8_t>();
+  float* sp = scales.data_ptr<float>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, w.scalar_type(), "quantize_int8", [&] {
+    const scalar_t* wp = w.data_ptr<scalar_t>();
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      [[maybe_unused]] float v[GROUP];   // (the portable path)
+      for (int64_t b = b0; b < b1; ++b)
+        for (int j = 0; j < BLOCK; ++j) {
+          const int64_t o = b * BLOCK + j;
+#if TF_AVX512
+          __m512 v0, v1, top = _mm512_setzero_ps();
+          for (int64_t g = 0; g < G; ++g) {
+            load_group(wp, O, K, o, g * GROUP, v0, v1);
+            top = _mm512_max_ps(top, _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+          }
+          const float amax = _mm512_reduce_max_ps(top);
+#else
+          float amax = 0.f;
+          for (int64_t k = 0; o < O && k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(wp[o * K + k])));
+#endif
+          const float scale = std::max(amax / 127.f, 1e-12f);
+          if (o < O) sp[o] = scale;
+          for (int64_t g = 0; g < G; ++g) {
+            uint8_t* dst = out + (b * G + g) * INT8_GROUP_BYTES;
+#if TF_AVX512
+            load_group(wp, O, K, o, g * GROUP, v0, v1);
+            alignas(64) uint32_t words[8];   // quad c's 4 bytes: columns 4c .. 4c + 3
+            const __m512 sc = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f),
+                         offset = _mm512_set1_ps(128.f);
+            for (int h = 0; h < 2; ++h) {   // the scalar loop's IEEE steps, 16 lanes at a time
+              __m512 t = _mm512_roundscale_ps(_mm512_div_ps(h ? v1 : v0, sc), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+              t = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(t, lo), hi), offset);
+              _mm_store_si128(reinterpret_cast<__m128i*>(words + 4 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t)));
+            }
+            for (int quad = 0; quad < 8; ++quad) std::memcpy(dst + (quad * BLOCK + j) * 4, words + quad, 4);
+#else
+            fill_group(wp, O, K, o, g * GROUP, v);
+            for (int quad = 0; quad < 8; ++quad)
+              for (int c = 0; c < 4; ++c)
+                dst[(quad * BLOCK + j) * 4 + c] =
+                    (uint8_t)(std::clamp(std::nearbyint(v[4 * quad + c] / scale), -127.f, 127.f) + 128.f);
+#endif
+          }
+        }
+    });
+  });
+  return {packed, scales};
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("quantize_int4", &quantize_int4, "w [O, K] -> the packed int4 layout (runtime/quant.py Int4Linear)");
+  m.def("quantize_int8", &quantize_int8, "w [O, K] -> (the packed int8 layout, scales) (runtime/quant.py Int8Linear)");
   m.def("int8_linear", &int8_linear, "x [...,K] . (q*scale)^T (+ bias) -> [...,O], packed int8 weights",
         py::arg("x"), py::arg("packed"), py::arg("scales"), py::arg("bias"), py::arg("out_features"));
   m.def("int4_linear", &int4_linear, "x [...,K] . ((q-8)*s+z)^T (+ bias) -> [...,O], packed int4 weights",
