@@ -324,13 +324,18 @@ inline void load_group(const T* w, int64_t O, int64_t K, int64_t o, int64_t c0, 
 }
 #endif
 
+// w [O, K] bf16 or fp32, contiguous
+torch::Tensor dense_weight(const torch::Tensor& w, const char* op) {
+  TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kFloat),
+              op, ": w [O, K] bf16 or fp32 expected, got ", w.sizes(), " ", w.scalar_type());
+  return w.contiguous();
+}
+
 // packed [O/16, K/32, 320] uint8: q = round((w - low) / s) in 0..15 per row and group of 32 columns,
 // s = max((high - low) / 15, 1e-12), nibbles (quad c low, quad c + 4 high), then bf16 s[16], z[16]
 // with z = low + 8 s (the value q = 8 stands for)
 torch::Tensor quantize_int4(const torch::Tensor& w_in) {
-  TORCH_CHECK(w_in.dim() == 2 && (w_in.scalar_type() == at::kBFloat16 || w_in.scalar_type() == at::kFloat),
-              "quantize_int4: w [O, K] bf16 or fp32 expected, got ", w_in.sizes(), " ", w_in.scalar_type());
-  const torch::Tensor w = w_in.contiguous();
+  const torch::Tensor w = dense_weight(w_in, "quantize_int4");
   const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
   auto packed = torch::empty({blocks, G, INT4_GROUP_BYTES}, w.options().dtype(at::kByte));
   uint8_t* out = packed.data_ptr<uint8_t>();
@@ -386,9 +391,7 @@ torch::Tensor quantize_int4(const torch::Tensor& w_in) {
 // (packed [O/16, K/32, 512] uint8 of q + 128, scales [O rounded up to 16] fp32, 0 past O):
 // q = round(w / s) in -127..127 per row, s = max(max|w| / 127, 1e-12)
 std::vector<torch::Tensor> quantize_int8(const torch::Tensor& w_in) {
-  TORCH_CHECK(w_in.dim() == 2 && (w_in.scalar_type() == at::kBFloat16 || w_in.scalar_type() == at::kFloat),
-              "quantize_int8: w [O, K] bf16 or fp32 expected, got ", w_in.sizes(), " ", w_in.scalar_type());
-  const torch::Tensor w = w_in.contiguous();
+  const torch::Tensor w = dense_weight(w_in, "quantize_int8");
   const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
   auto packed = torch::empty({blocks, G, INT8_GROUP_BYTES}, w.options().dtype(at::kByte));
   auto scales = torch::zeros({blocks * BLOCK}, w.options().dtype(at::kFloat));

@@ -4,12 +4,7 @@
 # 1. the GPU tests; 2. attention candidates for a replayed verify pass (attn_graph.py);
 # 3. `ar` replaying its 1-token passes against eager at 32K / 64K (one engine, one prefill each)
 # and 120K (a prefill per request). Each step has its own limit; results under $OUT.
-set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT" /tmp/site/triforce
-for d in runtime actors offload; do ln -sfn "$PWD/$d" /tmp/site/triforce/$d; done
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRIFORCE_CACHE=/tmp/tf-cache
-step() { local limit=$1 name=$2; shift 2; echo "=== $name ($(date +%T), limit ${limit}s)"; local t0=$SECONDS
-  timeout "$limit" "$@"; echo "=== $name: rc $? in $((SECONDS - t0)) s"; }
+source "$(dirname "$0")/common.sh"
 exec > >(tee "$OUT/log.txt") 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python3 -c "import torch, transformers; print('torch', torch.__version__, torch.cuda.get_device_name(0), 'transformers', transformers.__version__)"

@@ -2,12 +2,7 @@
 # Round 33's second GPU call: the target's verify passes replayed in pieces (runtime/graphs.py
 # PiecewisePass), one H200, random weights of the paper's shapes (timing only):
 #   run(command="bash docs/bench/gpu-r33/gpu2.sh", kind="nvidia-h200")
-set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT" /tmp/site/triforce; W=/tmp/gpu-work; mkdir -p $W
-for d in runtime actors offload; do ln -sfn "$PWD/$d" /tmp/site/triforce/$d; done
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRIFORCE_CACHE=/tmp/tf-cache
-step() { local limit=$1 name=$2; shift 2; echo "=== $name ($(date +%T), limit ${limit}s)"; local t0=$SECONDS
-  timeout "$limit" "$@"; echo "=== $name: rc $? in $((SECONDS - t0)) s"; }
+source "$(dirname "$0")/common.sh"
 exec > >(tee "$OUT/log2.txt") 2>&1
 M7=configs/models/llama2-7b-128k.json; M68=configs/models/llama-68m.json
 step 120 "1. pytest -m gpu" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py

@@ -2,12 +2,7 @@
 # Round 33's third GPU call, after fixing call 2's failure (GraphedForward.captured on a piecewise
 # pass): the GPU tests, and a 32K triforce request with every level replayed (random weights):
 #   run(command="bash docs/bench/gpu-r33/gpu3.sh", kind="nvidia-h200")
-set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT" /tmp/site/triforce; W=/tmp/gpu-work; mkdir -p $W
-for d in runtime actors offload; do ln -sfn "$PWD/$d" /tmp/site/triforce/$d; done
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRIFORCE_CACHE=/tmp/tf-cache
-step() { local limit=$1 name=$2; shift 2; echo "=== $name ($(date +%T), limit ${limit}s)"; local t0=$SECONDS
-  timeout "$limit" "$@"; echo "=== $name: rc $? in $((SECONDS - t0)) s"; }
+source "$(dirname "$0")/common.sh"
 exec > >(tee "$OUT/log3.txt") 2>&1
 step 90 "1. pytest -m gpu" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py
 python3 -c "import random; random.seed(0); print(' '.join(f't{random.randrange(32000)}' for _ in range(32000)))" > $W/prompt.txt

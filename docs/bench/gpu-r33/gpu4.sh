@@ -2,12 +2,7 @@
 # Round 33's fourth GPU call: the middle level's passes of T > 1 also replayed in pieces (every level
 # on the target's weights); the GPU tests and the passes of the two levels on the target's weights:
 #   run(command="bash docs/bench/gpu-r33/gpu4.sh", kind="nvidia-h200")
-set -u
-OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT" /tmp/site/triforce; W=/tmp/gpu-work; mkdir -p $W
-for d in runtime actors offload; do ln -sfn "$PWD/$d" /tmp/site/triforce/$d; done
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TRIFORCE_CACHE=/tmp/tf-cache
-step() { local limit=$1 name=$2; shift 2; echo "=== $name ($(date +%T), limit ${limit}s)"; local t0=$SECONDS
-  timeout "$limit" "$@"; echo "=== $name: rc $? in $((SECONDS - t0)) s"; }
+source "$(dirname "$0")/common.sh"
 exec > >(tee "$OUT/log4.txt") 2>&1
 step 70 "1. pytest -m gpu" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py
 step 120 "2. passes, eager and replayed" python3 -m triforce.runtime.cli bench --suite passes \
