@@ -46,11 +46,12 @@ DEVICE_RESERVE = 1.5 * GIB  # per GPU: CUDA context, allocator slack, activation
 # so a pass costs the larger of the two, not their sum.
 ISSUE_S_PER_LAYER = 0.55e-3
 ISSUE_S_PER_PASS = 0.4e-3   # embedding, final norm, head, the level's glue
-# The lower levels' passes replay from CUDA graphs (runtime/graphs.py) where their weights are
-# resident: on the H200 of round 24 the middle level's 32-layer pass took 6.9 ms over 3.7 ms of HBM
-# traffic and the 68M drafter's 2-layer pass 0.28 ms (docs/BENCHMARKS.md "GPU, round 24"): the
-# kernels' own floor, about 0.2 ms a 7B layer.
-REPLAY_S_PER_LAYER = 0.2e-3
+# Every level's passes replay from CUDA graphs (runtime/graphs.py) where its weights and KV are
+# resident. Replayed, a pass costs its memory time plus about 0.1 ms a layer of small kernels: on
+# the H200 of round 33 (docs/BENCHMARKS.md "GPU, round 33", 1-token passes) the middle level took
+# 6.86 ms over 3.65 of HBM traffic, the target at 32K 10.1 over 6.7-7.1 and at 120K 20.2 over
+# 17.1-18.1 (3.1-3.4 ms above, for 32 layers); the 68M drafter's 2 layers 0.27-0.29 ms.
+REPLAY_S_PER_LAYER = 0.1e-3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -108,9 +109,9 @@ def kv_layer_bytes(cfg: ModelConfig, dtype_bytes: int, tokens: int) -> int:
 
 def pass_seconds(cfg: ModelConfig, m: Machine, dtype_bytes: int, kv_tokens: int, offloaded_kv_layers: int,
                  weights_offloaded: bool, replayed: bool = False) -> float:
-    """One forward pass over a cache of kv_tokens, split over m.gpus devices: the larger of its
-    memory time and, on a GPU, the host's time to issue its kernels (issue_seconds), or for a pass
-    replayed from a CUDA graph its kernels' floor (replay_seconds)."""
+    """One forward pass over a cache of kv_tokens, split over m.gpus devices: on a GPU the larger of
+    its memory time and the host's time to issue its kernels (issue_seconds), or for a pass
+    replayed from a CUDA graph its memory time plus its small kernels' (replay_seconds)."""
     ways = max(1, m.gpus)
     w, kv = layer_weight_bytes(cfg, dtype_bytes) / ways, kv_layer_bytes(cfg, dtype_bytes, kv_tokens) / ways
     total = outer_weight_bytes(cfg, dtype_bytes) / m.device_bandwidth  # replicated: each device reads it
@@ -119,7 +120,7 @@ def pass_seconds(cfg: ModelConfig, m: Machine, dtype_bytes: int, kv_tokens: int,
         streamed = (w if weights_offloaded else 0) + (kv if kv_off else 0)
         device_reads = w + kv  # streamed tensors are read again from their device slot
         total += max(device_reads / m.device_bandwidth, streamed / m.link_bandwidth)
-    return max(total, replay_seconds(cfg, m) if replayed else issue_seconds(cfg, m))
+    return total + replay_seconds(cfg, m) if replayed else max(total, issue_seconds(cfg, m))
 
 
 def issue_seconds(cfg: ModelConfig, m: Machine) -> float:
@@ -129,7 +130,7 @@ def issue_seconds(cfg: ModelConfig, m: Machine) -> float:
 
 
 def replay_seconds(cfg: ModelConfig, m: Machine) -> float:
-    """The least time of a pass replayed from a CUDA graph on a GPU (its kernels' floor); 0 on a CPU."""
+    """What a pass replayed from a CUDA graph costs on a GPU beyond its memory time; 0 on a CPU."""
     return 0.0 if m.cpu_only else cfg.num_layers * REPLAY_S_PER_LAYER
 
 
@@ -138,7 +139,8 @@ def predict(cfg: ModelConfig, m: Machine, dtype_bytes: int, context: int, on_chi
             ) -> tuple[float, float]:
     """(ar, triforce) seconds per token."""
     offloaded = cfg.num_layers - on_chip
-    full = pass_seconds(cfg, m, dtype_bytes, context, offloaded, weights_offloaded)
+    full = pass_seconds(cfg, m, dtype_bytes, context, offloaded, weights_offloaded,
+                        replayed=not weights_offloaded and not offloaded)   # a cache with slots only
     middle = pass_seconds(cfg, m, dtype_bytes, budget, 0, weights_offloaded, replayed=not weights_offloaded)
     drafter = pass_seconds(draft, dataclasses.replace(m, gpus=1), dtype_bytes, 256, 0, False, replayed=True) \
         if draft else 0.0
@@ -162,9 +164,10 @@ def plan(cfg: ModelConfig, m: Machine, dtype: str, context: int, gamma1: int = 2
     kv_layer = kv_layer_bytes(cfg, b, context)
     notes = list(m.notes)
     if not m.cpu_only:
-        notes.append(f"the target's passes are issued eagerly from Python: about {1000 * issue_seconds(cfg, m):.0f} ms "
-                     "per pass on the host measured (an H200's, round 20) however little it reads; the lower levels' "
-                     "replay from CUDA graphs (about 0.2 ms a layer, round 24) unless their weights stream")
+        notes.append("every level's passes replay from CUDA graphs where its weights and KV are resident (about "
+                     f"0.1 ms a layer above their memory time, an H200's, round 33); a level whose weights or KV "
+                     f"stream is issued eagerly from Python: about {1000 * issue_seconds(cfg, m):.0f} ms a pass "
+                     "(round 20) however little it reads")
     best = None
     budgets = [budget] if budget else [4096, 8192, 12288]
     for candidate in budgets:
