@@ -81,8 +81,8 @@ def test_copy_lanes_order_by_events_on_cuda():
 
 
 def test_lower_levels_replay_cuda_graphs(tiny_random_pair):
-    """A captured pass computes what the same static pass computes eagerly, logits and K/V, pass
-    after pass (runtime/graphs.py); and a `triforce` request on CUDA replays its lower
+    """A captured pass, whole or in pieces, computes what the same static pass computes eagerly,
+    logits and K/V, pass after pass (runtime/graphs.py); and a `triforce` request on CUDA replays its lower
     levels' passes from graphs while emitting `ar`'s tokens, as `ar` does replaying its 1-token
     passes and running them eagerly."""
     from triforce.runtime import graphs
@@ -95,16 +95,19 @@ def test_lower_levels_replay_cuda_graphs(tiny_random_pair):
         cache = FullCache(model.cfg, model.rope(512), 1, 512, model.device, model.dtype)
         model(torch.tensor([ids[:300]], device="cuda"), cache)
         caches.append(cache)
-    replayed, eager = graphs.GraphedForward(model, caches[0]), graphs.GraphedForward(model, caches[1], capture=False)
     at = 300
-    for T in (1, 3, 1, 3, 1, 3, 2):
-        x = torch.tensor([ids[at:at + T]], device="cuda")
-        torch.testing.assert_close(replayed(x, caches[0], last_only=T), eager(x, caches[1], last_only=T),
-                                   rtol=1e-3, atol=1e-3)    # the same kernels: equal unless capture picks others
-        at += T
-    assert replayed.captured == 2 and replayed.failed is None                # (1, 1) and (3, 3); (2, 2) asked once
-    torch.testing.assert_close(caches[0].k[:, :, :, :at], caches[1].k[:, :, :, :at], rtol=1e-2, atol=1e-2)
-    torch.testing.assert_close(caches[0].v[:, :, :, :at], caches[1].v[:, :, :, :at], rtol=1e-2, atol=1e-2)
+    for whole in (graphs.MAX_TOKENS, graphs.TARGET_WHOLE_TOKENS):   # 3-token passes whole, then in pieces
+        replayed = graphs.GraphedForward(model, caches[0], whole_tokens=whole)
+        eager = graphs.GraphedForward(model, caches[1], capture=False, whole_tokens=whole)
+        for T in (1, 3, 1, 3, 1, 3, 2):
+            x = torch.tensor([ids[at:at + T]], device="cuda")
+            torch.testing.assert_close(replayed(x, caches[0], last_only=T), eager(x, caches[1], last_only=T),
+                                       rtol=1e-3, atol=1e-3)    # the same kernels: equal unless capture picks others
+            at += T
+        assert replayed.captured == 2 and replayed.failed is None            # (1, 1) and (3, 3); (2, 2) asked once
+        assert isinstance(replayed.passes[(3, 3)], graphs.PiecewisePass if whole == 1 else graphs.CapturedPass)
+        torch.testing.assert_close(caches[0].k[:, :, :, :at], caches[1].k[:, :, :, :at], rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(caches[0].v[:, :, :, :at], caches[1].v[:, :, :, :at], rtol=1e-2, atol=1e-2)
 
     target, drafter = tiny_random_pair
     base = dict(model=target, draft_model=drafter, device="cuda", dtype="fp32", max_new_tokens=32,
