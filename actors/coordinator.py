@@ -87,7 +87,7 @@ class RayEngine(Engine):
                 d = self.drafter
                 cache = make_cache(spec.cache, d.cfg, d.rope(spec.cache.positions), self.device, d.dtype)
                 built = Level(spec.name, d, cache, run.sampling, spec.max_pass, role=spec.model)
-                built.forward = level_forward(d, cache, run.cuda_graphs)   # as the local engine's
+                built.forward = level_forward(d, cache, run.cuda_graphs, "drafter")   # as the local engine's
                 return built
             remote[spec.name] = spec.cache.to_dict()
             cache = RemoteCache(self.group, spec.name, spec.cache.kind)

@@ -20,7 +20,7 @@ from triforce.runtime.decode import decode, timed
 from triforce.runtime.drafter import default_drafter_dir
 from triforce.runtime.errors import UserError
 from triforce.runtime.gamma import GammaTuner, auto_caps, chain, load_costs, save_costs
-from triforce.runtime.graphs import MAX_TOKENS, TARGET_WHOLE_TOKENS, level_forward
+from triforce.runtime.graphs import level_forward
 from triforce.runtime.model import Transformer, fuse_projections, load_model
 from triforce.runtime.ops import pack_linears
 from triforce.runtime.modes import LevelSpec, make_cache, mode_levels
@@ -248,8 +248,7 @@ class Engine(Checkpoint):
             built = Level(spec.name, model, cache, run.sampling, spec.max_pass, role=spec.model)
             # on a GPU passes of up to 16 tokens are bound by launches: they replay from CUDA graphs,
             # those of more than one token on the target's weights in pieces around attention (runtime/graphs.py)
-            whole = MAX_TOKENS if spec.model == "drafter" else TARGET_WHOLE_TOKENS
-            built.forward = level_forward(model, cache, run.cuda_graphs, whole)
+            built.forward = level_forward(model, cache, run.cuda_graphs, spec.model)
             return built
 
         return [level(spec) for spec in specs], gammas

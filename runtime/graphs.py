@@ -47,13 +47,20 @@ TARGET_WHOLE_TOKENS = 1   # a level on the target's weights replays longer passe
 CAPTURE_AT = 2            # a (T, rows) is captured the second time it is asked for
 
 
-def level_forward(model, cache, enabled: bool, whole_tokens: int = MAX_TOKENS):
-    """The forward a level runs with: its passes of up to MAX_TOKENS tokens replayed from CUDA
-    graphs (whole up to `whole_tokens`, in pieces above) where `enabled` (RunConfig.cuda_graphs),
-    the model is on CUDA and its weights are resident; else the model itself. The local engine and
-    the Ray coordinator (its drafter) both ask here."""
+def whole_tokens(role: str) -> int:
+    """A level's passes of up to this many tokens replay whole, longer ones in pieces: 1 for a level
+    on the target's weights (role "target": the target, the middle level, StreamingLLM), MAX_TOKENS
+    for the drafter (the module doc)."""
+    return MAX_TOKENS if role == "drafter" else TARGET_WHOLE_TOKENS
+
+
+def level_forward(model, cache, enabled: bool, role: str):
+    """The forward a level whose weights are `role`'s (target | drafter) runs with: its passes of up
+    to MAX_TOKENS tokens replayed from CUDA graphs (whole_tokens) where `enabled`
+    (RunConfig.cuda_graphs), the model is on CUDA and its weights are resident; else the model
+    itself. The local engine and the Ray coordinator (its drafter) both ask here."""
     if enabled and model.device.type == "cuda" and replayable(model):
-        return GraphedForward(model, cache, whole_tokens=whole_tokens)
+        return GraphedForward(model, cache, whole_tokens=whole_tokens(role))
     return model
 
 

@@ -169,12 +169,13 @@ def test_models_that_stream_weights_are_not_replayed(tiny_random_pair):
 def test_level_forward_replays_only_resident_models_on_cuda(tiny_random_pair):
     """The one place the engine and the Ray coordinator ask: on a CPU, or with cuda_graphs off, a
     level runs its model as it is."""
-    from triforce.runtime.graphs import TARGET_WHOLE_TOKENS, level_forward
+    from triforce.runtime.graphs import level_forward
     model = load_model(tiny_random_pair[0], "fp32")
-    for kind, whole in (("streaming", graphs.MAX_TOKENS), ("full", TARGET_WHOLE_TOKENS)):
+    for kind, role in (("streaming", "drafter"), ("full", "target")):
         cache = filled(kind, model, random_ids(320, 40))
-        assert level_forward(model, cache, True, whole) is model
-        assert level_forward(model, cache, False, whole) is model
+        assert level_forward(model, cache, True, role) is model
+        assert level_forward(model, cache, False, role) is model
+    assert graphs.whole_tokens("drafter") == graphs.MAX_TOKENS and graphs.whole_tokens("target") == 1
 
 
 @pytest.mark.parametrize("kind, dtype", [("full", "fp32"), ("full", "bf16"), ("retrieval", "fp32"), ("streaming", "fp32")])

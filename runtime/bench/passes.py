@@ -35,7 +35,7 @@ from triforce.runtime.bench.report import fmt, markdown_table
 from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine, rebuild_retrieval
 from triforce.runtime.errors import UserError
-from triforce.runtime.graphs import MAX_TOKENS, TARGET_WHOLE_TOKENS, GraphedForward
+from triforce.runtime.graphs import GraphedForward, whole_tokens
 
 LEVELS = ("target", "retrieval", "drafter")
 
@@ -75,8 +75,7 @@ def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
     return interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
 
 
-def time_graph_pass(level, tokens: list[int], repeats: int, capture: bool | None = None,
-                    whole_tokens: int = MAX_TOKENS) -> list[float] | str:
+def time_graph_pass(level, tokens: list[int], repeats: int, capture: bool | None = None) -> list[float] | str:
     """Seconds of the same pass replayed as the runtime replays the level's passes
     (runtime/graphs.py: inputs at fixed addresses; a lower level's passes and the target's 1-token
     ones whole, attention over the whole buffer under a mask; the target's longer ones in pieces
@@ -84,7 +83,7 @@ def time_graph_pass(level, tokens: list[int], repeats: int, capture: bool | None
     CPU tests)."""
     x = torch.tensor([tokens], device=level.model.device)            # [1, T]
     n = level.cache.get_seq_length()
-    forward = GraphedForward(level.model, level.cache, capture=capture, whole_tokens=whole_tokens)
+    forward = GraphedForward(level.model, level.cache, capture=capture, whole_tokens=whole_tokens(level.role))
     replay = timed(lambda: forward(x, level.cache, last_only=x.shape[1]), x.device)
 
     def one_pass() -> float:
@@ -158,8 +157,7 @@ def suite_passes(args: argparse.Namespace) -> dict:
                            paired_read_gbs=round(paired, 2), x_roofline_paired=round(ms / roof_paired, 2),
                            ms_all=[round(1000 * t, 3) for t in seconds])   # every repeat: a noisy host's spread
                 if graphs:
-                    whole = MAX_TOKENS if name == "drafter" else TARGET_WHOLE_TOKENS   # as the engine replays it
-                    replayed = time_graph_pass(level, tokens, args.repeats, whole_tokens=whole)
+                    replayed = time_graph_pass(level, tokens, args.repeats)
                     row["graph_ms"] = replayed if isinstance(replayed, str) else \
                         round(1000 * statistics.median(replayed), 3)
                 rows.append(row)
