@@ -138,6 +138,14 @@ def test_native_quantization_gives_its_torch_twins_bits(kernels, dtype):
         assert torch.equal(packed, reference_packed) and torch.equal(scales, reference_scales), (O, K)
 
 
+def test_an_fp16_linear_is_quantized_as_its_fp32_values(kernels):
+    """The native quantizers take bf16 or fp32; an fp16 weight goes in as fp32 (exact), which is
+    what the torch twins compute with."""
+    dense = nn.Linear(100, 37).half()
+    assert torch.equal(Int4Linear(dense).packed, quant.int4_packed_reference(dense.weight.detach()))
+    assert torch.equal(Int8Linear(dense).packed, quant.int8_packed_reference(dense.weight.detach())[0])
+
+
 @pytest.mark.parametrize("cls,per_weight", [(Int8Linear, 1.0), (Int4Linear, 0.625)])
 def test_weight_bytes_count_one_packed_copy(kernels, cls, per_weight):
     _, layer = make(cls, 960, 576, torch.bfloat16, bias=False)
