@@ -30,7 +30,8 @@ So their longer passes replay in pieces (PiecewisePass): a graph for each stretc
 attentions, and each layer's attention run eagerly between them, over [0, start + T) as the
 model's own pass runs it: the same kernels, so the same output, without the launches around them.
 A layer of the target's weights keeps the GPU busy longer (0.1 ms for its weights alone) than
-Python takes to launch its attention; the 68M drafter's does not, so its passes replay whole.
+Python takes to launch its attention; the 68M drafter's does not (its whole replayed passes take
+0.3 ms; not measured in pieces), so its passes replay whole.
 """
 from __future__ import annotations
 
