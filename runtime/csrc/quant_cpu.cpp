@@ -324,11 +324,22 @@ inline void load_group(const T* w, int64_t O, int64_t K, int64_t o, int64_t c0, 
 }
 #endif
 
-// w [O, K] bf16 or fp32, contiguous
+// w [O, K] as bf16 or fp32, contiguous: another floating type goes in as fp32, as the torch twins
+// compute with it (fp16 exactly)
 torch::Tensor dense_weight(const torch::Tensor& w, const char* op) {
-  TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kFloat),
-              op, ": w [O, K] bf16 or fp32 expected, got ", w.sizes(), " ", w.scalar_type());
-  return w.contiguous();
+  TORCH_CHECK(w.dim() == 2 && at::isFloatingType(w.scalar_type()),
+              op, ": w [O, K] of a floating type expected, got ", w.sizes(), " ", w.scalar_type());
+  const bool kept = w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kFloat;
+  return (kept ? w : w.to(at::kFloat)).contiguous();
+}
+
+// f(data) with dense_weight's bf16 or fp32 data, over the blocks of 16 rows (at::parallel_for)
+template <typename F>
+void over_blocks(const torch::Tensor& w, int64_t blocks, F&& f) {
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    if (w.scalar_type() == at::kBFloat16) f(w.data_ptr<at::BFloat16>(), b0, b1);
+    else f(w.data_ptr<float>(), b0, b1);
+  });
 }
 
 // packed [O/16, K/32, 320] uint8: q = round((w - low) / s) in 0..15 per row and group of 32 columns,
@@ -339,51 +350,48 @@ torch::Tensor quantize_int4(const torch::Tensor& w_in) {
   const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
   auto packed = torch::empty({blocks, G, INT4_GROUP_BYTES}, w.options().dtype(at::kByte));
   uint8_t* out = packed.data_ptr<uint8_t>();
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, w.scalar_type(), "quantize_int4", [&] {
-    const scalar_t* wp = w.data_ptr<scalar_t>();
-    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      [[maybe_unused]] float v[GROUP];   // (the portable path)
-      for (int64_t b = b0; b < b1; ++b)
-        for (int64_t g = 0; g < G; ++g) {
-          uint8_t* dst = out + (b * G + g) * INT4_GROUP_BYTES;
-          auto* sz = reinterpret_cast<uint16_t*>(dst + GROUP * BLOCK / 2);
-          for (int j = 0; j < BLOCK; ++j) {
-            const int64_t o = b * BLOCK + j, c0 = g * GROUP;
+  over_blocks(w, blocks, [&](const auto* wp, int64_t b0, int64_t b1) {
+    [[maybe_unused]] float v[GROUP];   // (the portable path)
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t g = 0; g < G; ++g) {
+        uint8_t* dst = out + (b * G + g) * INT4_GROUP_BYTES;
+        auto* sz = reinterpret_cast<uint16_t*>(dst + GROUP * BLOCK / 2);
+        for (int j = 0; j < BLOCK; ++j) {
+          const int64_t o = b * BLOCK + j, c0 = g * GROUP;
 #if TF_AVX512
-            __m512 v0, v1;
-            load_group(wp, O, K, o, c0, v0, v1);
-            const float low = _mm512_reduce_min_ps(_mm512_min_ps(v0, v1)), high = _mm512_reduce_max_ps(_mm512_max_ps(v0, v1));
-            const float scale = std::max((high - low) / 15.f, 1e-12f);
-            const __m512 lo = _mm512_set1_ps(low), sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps(), top = _mm512_set1_ps(15.f);
-            __m128i half[2];
-            for (int h = 0; h < 2; ++h) {   // the same IEEE steps as the scalar loop below, 16 lanes at a time
-              __m512 t = _mm512_div_ps(_mm512_sub_ps(h ? v1 : v0, lo), sc);
-              t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-              t = _mm512_min_ps(_mm512_max_ps(t, zero), top);
-              half[h] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));   // q[16h .. 16h + 15]
-            }
-            // quad c's 4 columns low, quad c + 4's high: 4 words, one per quad (codes < 16: no carry)
-            alignas(16) uint32_t words[4];
-            _mm_store_si128(reinterpret_cast<__m128i*>(words), _mm_or_si128(half[0], _mm_slli_epi16(half[1], 4)));
-            for (int quad = 0; quad < 4; ++quad) std::memcpy(dst + (quad * BLOCK + j) * 4, words + quad, 4);
-#else
-            uint8_t q[GROUP];
-            fill_group(wp, O, K, o, c0, v);
-            float low = v[0], high = v[0];
-            for (int c = 1; c < GROUP; ++c) low = std::min(low, v[c]), high = std::max(high, v[c]);
-            const float scale = std::max((high - low) / 15.f, 1e-12f);
-            for (int c = 0; c < GROUP; ++c)
-              q[c] = (uint8_t)std::clamp(std::nearbyint((v[c] - low) / scale), 0.f, 15.f);
-            for (int quad = 0; quad < 4; ++quad)
-              for (int c = 0; c < 4; ++c)
-                dst[(quad * BLOCK + j) * 4 + c] = (uint8_t)(q[4 * quad + c] | (q[16 + 4 * quad + c] << 4));
-#endif
-            volatile float eight_scale = 8.f * scale;   // two roundings, as torch's low + 8 * scale (no fused multiply-add)
-            sz[j] = bf16_bits(scale);
-            sz[BLOCK + j] = bf16_bits(low + eight_scale);
+          __m512 v0, v1;
+          load_group(wp, O, K, o, c0, v0, v1);
+          const float low = _mm512_reduce_min_ps(_mm512_min_ps(v0, v1)), high = _mm512_reduce_max_ps(_mm512_max_ps(v0, v1));
+          const float scale = std::max((high - low) / 15.f, 1e-12f);
+          const __m512 lo = _mm512_set1_ps(low), sc = _mm512_set1_ps(scale), zero = _mm512_setzero_ps(), top = _mm512_set1_ps(15.f);
+          __m128i half[2];
+          for (int h = 0; h < 2; ++h) {   // the same IEEE steps as the scalar loop below, 16 lanes at a time
+            __m512 t = _mm512_div_ps(_mm512_sub_ps(h ? v1 : v0, lo), sc);
+            t = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            t = _mm512_min_ps(_mm512_max_ps(t, zero), top);
+            half[h] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));   // q[16h .. 16h + 15]
           }
+          // quad c's 4 columns low, quad c + 4's high: 4 words, one per quad (codes < 16: no carry)
+          alignas(16) uint32_t words[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(words), _mm_or_si128(half[0], _mm_slli_epi16(half[1], 4)));
+          for (int quad = 0; quad < 4; ++quad) std::memcpy(dst + (quad * BLOCK + j) * 4, words + quad, 4);
+#else
+          uint8_t q[GROUP];
+          fill_group(wp, O, K, o, c0, v);
+          float low = v[0], high = v[0];
+          for (int c = 1; c < GROUP; ++c) low = std::min(low, v[c]), high = std::max(high, v[c]);
+          const float scale = std::max((high - low) / 15.f, 1e-12f);
+          for (int c = 0; c < GROUP; ++c)
+            q[c] = (uint8_t)std::clamp(std::nearbyint((v[c] - low) / scale), 0.f, 15.f);
+          for (int quad = 0; quad < 4; ++quad)
+            for (int c = 0; c < 4; ++c)
+              dst[(quad * BLOCK + j) * 4 + c] = (uint8_t)(q[4 * quad + c] | (q[16 + 4 * quad + c] << 4));
+#endif
+          volatile float eight_scale = 8.f * scale;   // two roundings, as torch's low + 8 * scale (no fused multiply-add)
+          sz[j] = bf16_bits(scale);
+          sz[BLOCK + j] = bf16_bits(low + eight_scale);
         }
-    });
+      }
   });
   return packed;
 }
@@ -397,49 +405,46 @@ std::vector<torch::Tensor> quantize_int8(const torch::Tensor& w_in) {
   auto scales = torch::zeros({blocks * BLOCK}, w.options().dtype(at::kFloat));
   uint8_t* out = packed.data_ptr<uint8_t>();
   float* sp = scales.data_ptr<float>();
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, w.scalar_type(), "quantize_int8", [&] {
-    const scalar_t* wp = w.data_ptr<scalar_t>();
-    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      [[maybe_unused]] float v[GROUP];   // (the portable path)
-      for (int64_t b = b0; b < b1; ++b)
-        for (int j = 0; j < BLOCK; ++j) {
-          const int64_t o = b * BLOCK + j;
+  over_blocks(w, blocks, [&](const auto* wp, int64_t b0, int64_t b1) {
+    [[maybe_unused]] float v[GROUP];   // (the portable path)
+    for (int64_t b = b0; b < b1; ++b)
+      for (int j = 0; j < BLOCK; ++j) {
+        const int64_t o = b * BLOCK + j;
 #if TF_AVX512
-          __m512 v0, v1, top = _mm512_setzero_ps();
-          for (int64_t g = 0; g < G; ++g) {
-            load_group(wp, O, K, o, g * GROUP, v0, v1);
-            top = _mm512_max_ps(top, _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-          }
-          const float amax = _mm512_reduce_max_ps(top);
-#else
-          float amax = 0.f;
-          for (int64_t k = 0; o < O && k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(wp[o * K + k])));
-#endif
-          const float scale = std::max(amax / 127.f, 1e-12f);
-          if (o < O) sp[o] = scale;
-          for (int64_t g = 0; g < G; ++g) {
-            uint8_t* dst = out + (b * G + g) * INT8_GROUP_BYTES;
-#if TF_AVX512
-            load_group(wp, O, K, o, g * GROUP, v0, v1);
-            alignas(64) uint32_t words[8];   // quad c's 4 bytes: columns 4c .. 4c + 3
-            const __m512 sc = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f),
-                         offset = _mm512_set1_ps(128.f);
-            for (int h = 0; h < 2; ++h) {   // the scalar loop's IEEE steps, 16 lanes at a time
-              __m512 t = _mm512_roundscale_ps(_mm512_div_ps(h ? v1 : v0, sc), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-              t = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(t, lo), hi), offset);
-              _mm_store_si128(reinterpret_cast<__m128i*>(words + 4 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t)));
-            }
-            for (int quad = 0; quad < 8; ++quad) std::memcpy(dst + (quad * BLOCK + j) * 4, words + quad, 4);
-#else
-            fill_group(wp, O, K, o, g * GROUP, v);
-            for (int quad = 0; quad < 8; ++quad)
-              for (int c = 0; c < 4; ++c)
-                dst[(quad * BLOCK + j) * 4 + c] =
-                    (uint8_t)(std::clamp(std::nearbyint(v[4 * quad + c] / scale), -127.f, 127.f) + 128.f);
-#endif
-          }
+        __m512 v0, v1, top = _mm512_setzero_ps();
+        for (int64_t g = 0; g < G; ++g) {
+          load_group(wp, O, K, o, g * GROUP, v0, v1);
+          top = _mm512_max_ps(top, _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         }
-    });
+        const float amax = _mm512_reduce_max_ps(top);
+#else
+        float amax = 0.f;
+        for (int64_t k = 0; o < O && k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(wp[o * K + k])));
+#endif
+        const float scale = std::max(amax / 127.f, 1e-12f);
+        if (o < O) sp[o] = scale;
+        for (int64_t g = 0; g < G; ++g) {
+          uint8_t* dst = out + (b * G + g) * INT8_GROUP_BYTES;
+#if TF_AVX512
+          load_group(wp, O, K, o, g * GROUP, v0, v1);
+          alignas(64) uint32_t words[8];   // quad c's 4 bytes: columns 4c .. 4c + 3
+          const __m512 sc = _mm512_set1_ps(scale), lo = _mm512_set1_ps(-127.f), hi = _mm512_set1_ps(127.f),
+                       offset = _mm512_set1_ps(128.f);
+          for (int h = 0; h < 2; ++h) {   // the scalar loop's IEEE steps, 16 lanes at a time
+            __m512 t = _mm512_roundscale_ps(_mm512_div_ps(h ? v1 : v0, sc), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            t = _mm512_add_ps(_mm512_min_ps(_mm512_max_ps(t, lo), hi), offset);
+            _mm_store_si128(reinterpret_cast<__m128i*>(words + 4 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t)));
+          }
+          for (int quad = 0; quad < 8; ++quad) std::memcpy(dst + (quad * BLOCK + j) * 4, words + quad, 4);
+#else
+          fill_group(wp, O, K, o, g * GROUP, v);
+          for (int quad = 0; quad < 8; ++quad)
+            for (int c = 0; c < 4; ++c)
+              dst[(quad * BLOCK + j) * 4 + c] =
+                  (uint8_t)(std::clamp(std::nearbyint(v[4 * quad + c] / scale), -127.f, 127.f) + 128.f);
+#endif
+        }
+      }
   });
   return {packed, scales};
 }
