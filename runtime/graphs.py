@@ -86,12 +86,14 @@ class StaticSlots:
         self.index = torch.zeros(cos.shape[1], dtype=torch.long, device=k.device)    # [T]: the slots
         self.key_slots = torch.arange(k.shape[3], device=k.device)                  # [capacity]
         self.visible = None
+        self.seen = 0   # keys [0, seen) the pass in flight attends to (eager attention between pieces reads it)
 
-    def load(self, cos: torch.Tensor, sin: torch.Tensor, slots: torch.Tensor) -> None:
-        """The pass in flight's tables and slots (outside the graph: copies into its inputs)."""
+    def load(self, cos: torch.Tensor, sin: torch.Tensor, start: int) -> None:
+        """The pass in flight's tables and slots [start, start + T) (outside the graph: copies into its inputs)."""
         self.cos.copy_(cos)
         self.sin.copy_(sin)
-        self.index.copy_(slots)
+        self.index.copy_(self.key_slots[start:start + len(self.index)])
+        self.seen = start + len(self.index)
 
     def begin(self, T: int) -> tuple[torch.Tensor, torch.Tensor]:
         self.visible = self.key_slots <= self.index[:, None]          # [T, capacity]: bottom-right causal
@@ -160,7 +162,7 @@ class PiecewisePass:
     """One (T, rows) pass replayed in pieces (the module doc): piece i is layer i-1's attention
     output and MLP, then layer i's projections with its K/V stored at the slots (piece 0 embeds
     the tokens, piece L ends with the head), each replayed from its own graph or run eagerly; layer
-    i's attention runs eagerly after piece i over the `seen` keys [0, start + T)."""
+    i's attention runs eagerly after piece i over the keys the pass sees (StaticSlots.seen)."""
 
     def __init__(self, model, static: StaticSlots, tokens: torch.Tensor, rows: int):
         self.model, self.static, self.rows = model, static, rows
@@ -171,7 +173,6 @@ class PiecewisePass:
                                      device=tokens.device) for _ in self.layers]   # each [B, T, H, D]
         self.outputs: list = [None] * (len(self.layers) + 1)    # piece i's (x, q); the last's (logits,)
         self.graphs = None
-        self.seen = 0
 
     def piece(self, i: int) -> tuple:
         if i == 0:
@@ -188,7 +189,8 @@ class PiecewisePass:
 
     def attention(self, i: int) -> None:
         """Layer i's attention over the seen keys, as the model's own pass runs it."""
-        k, v = self.static.k[i][:, :, :self.seen], self.static.v[i][:, :, :self.seen]   # [B, Hkv, S, D]
+        seen = self.static.seen
+        k, v = self.static.k[i][:, :, :seen], self.static.v[i][:, :, :seen]   # [B, Hkv, S, D]
         self.attended[i].copy_(attend(self.outputs[i][1], k, v))
 
     def forward(self) -> torch.Tensor:
@@ -279,8 +281,7 @@ class GraphedForward:
             kind = CapturedPass if T <= self.whole_tokens else PiecewisePass
             step = self.passes[key] = kind(self.model, StaticSlots(k, v, last_query, cos, sin), tokens, rows)
         step.tokens.copy_(tokens)
-        step.static.load(cos, sin, step.static.key_slots[start:start + T])
-        step.seen = start + T                                         # (a piecewise pass's attention reads it)
+        step.static.load(cos, sin, start)
         if fresh and self.capture:
             try:
                 step.capture(self.pool)
