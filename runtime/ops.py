@@ -2,9 +2,9 @@
 
     linear    x [..., K] . w [O, K]^T (+ bias)   native for few bf16 rows (N = B*T <= MAX_ROWS)
     PackedLinear  the same with w packed at load   native for any bf16 or fp32 rows (the engine's models)
-    rms_norm  w * x / rms(x), fp32 statistics     native for bf16/fp32; one compiled kernel on CUDA
-    rope      x * cos + rotate_half(x) * sin      the same; can write into a cache slice
-    silu_mul  silu(gate) * up                     the same
+    rms_norm  w * x / rms(x), fp32 statistics     native for bf16/fp32
+    rope      x * cos + rotate_half(x) * sin      native for bf16/fp32, can write into a cache slice
+    silu_mul  silu(gate) * up                     native for bf16/fp32
 
 Why (runtime/csrc/layer_cpu.cpp has the details): a decode pass multiplies a few rows by every
 weight matrix, so it is bound by reading the weights, and torch's bf16 GEMM reads them at a
@@ -62,10 +62,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     kernel = _kernels(x, weight) if x.dtype in GLUE_DTYPES and weight.dtype == x.dtype else None
     if kernel is not None:
         return kernel.rms_norm(x, weight, eps)
-    return _glue(_rms_norm_torch, x, weight, eps)
-
-
-def _rms_norm_torch(x, weight, eps):
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(x.dtype)
@@ -80,14 +76,10 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tenso
             out = torch.empty(x.shape, dtype=x.dtype)
         kernel.rope(x, cos, sin, out)
         return out
-    rotated = _glue(_rope_torch, x, cos, sin)
-    return rotated if out is None else out.copy_(rotated)
-
-
-def _rope_torch(x, cos, sin):
     cos, sin = cos[:, None], sin[:, None]
     half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    rotated = x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    return rotated if out is None else out.copy_(rotated)
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -95,41 +87,7 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     kernel = _kernels(gate, up) if gate.dtype in GLUE_DTYPES and up.dtype == gate.dtype else None
     if kernel is not None and gate.stride(-1) == up.stride(-1) == 1:
         return kernel.silu_mul(gate, up)
-    return _glue(_silu_mul_torch, gate, up)
-
-
-def _silu_mul_torch(gate, up):
     return F.silu(gate) * up
-
-
-# On CUDA each torch twin above is several elementwise kernels (rms_norm 7, rope 6, silu_mul 2):
-# about 30 launches a layer, which a CUDA graph replays but does not make cheaper. torch.compile
-# fuses each twin into one kernel: a replayed 7B pass at 32K, H200, round 34: middle level 7.1 ->
-# 5.5 ms, target 10.5 -> 8.7 ms (docs/bench/gpu-r34). dynamic=True: one compile per twin and rank
-# (plus size-1 dims), not one per pass length. FUSE_CUDA = False keeps the unfused twins.
-FUSE_CUDA = True
-_COMPILED: dict = {}
-UNFUSED: dict = {}    # twin name -> why its compile failed (it then runs unfused)
-
-
-def _glue(twin, x: torch.Tensor, *args):
-    """twin(x, *args): compiled on CUDA outside autograd (once per process; twin itself where the
-    compile fails, said once), else as it is."""
-    if not (FUSE_CUDA and x.is_cuda) or (torch.is_grad_enabled() and x.requires_grad):
-        return twin(x, *args)
-    compiled = _COMPILED.get(twin)
-    if compiled is None:
-        compiled = _COMPILED[twin] = torch.compile(twin, dynamic=True, fullgraph=True)
-    if compiled is twin:
-        return twin(x, *args)
-    try:
-        return compiled(x, *args)
-    except Exception as error:   # no Triton, an unsupported GPU: the twin, which is the same arithmetic
-        _COMPILED[twin] = twin
-        UNFUSED[twin.__name__] = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
-        print(f"[ops] torch.compile of {twin.__name__} failed on {x.device} ({UNFUSED[twin.__name__]}); "
-              "running torch's unfused kernels", flush=True)
-        return twin(x, *args)
 
 
 class Linear(nn.Linear):
