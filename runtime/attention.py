@@ -37,8 +37,10 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return _attend_sdpa(q, k, v)
     if q.device.type == "cpu":
         kernel = native.attention_cpu()
-        if kernel is not None:
+        if kernel is not None and kernel.has_avx512_bf16():
             return kernel.attend(q, k, v, q.shape[-1] ** -0.5)
+        # no AVX-512 kernels (an AVX2 CPU): torch's flash kernel beats the scalar build, 8K keys on
+        # a Zen 3, one layer: T = 1 1.7 against 2.7 ms, T = 8 2.7 against 18.4 ms (round 34)
         return _attend_sdpa_split(q, k, v)
     return _attend_sdpa_lower_right(q, k, v)
 
