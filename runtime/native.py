@@ -104,8 +104,9 @@ def _compile(kernel: str) -> str | None:
     module = _module(kernel)
     if module is None:
         return None
-    return (f"native {kernel}: {Path(module.__file__).parent.name} build"
-            f"{' (avx512_bf16 kernels)' if module.has_avx512_bf16() else ' (scalar kernels)'}")
+    kind = "avx512_bf16 kernels" if module.has_avx512_bf16() else \
+        "AVX2 packed linear, other kernels scalar" if getattr(module, "has_packed", lambda: False)() else "scalar kernels"
+    return f"native {kernel}: {Path(module.__file__).parent.name} build ({kind})"
 
 
 def build_all() -> list[str | None]:

@@ -154,18 +154,19 @@ def unpack(packed: torch.Tensor, out_features: int) -> torch.Tensor:
 
 def packable(linear: nn.Module) -> bool:
     """Whether `linear` can run on the packed kernel: a dense bf16 or fp32 CPU nn.Linear (bf16:
-    an even input width), on a build with the AVX-512 kernels (avx512_bf16)."""
+    an even input width), on a build with the packed kernel (AVX-512 with avx512_bf16, or AVX2 + FMA)."""
     if not isinstance(linear, nn.Linear) or linear.weight.dtype not in PACKED_DTYPES or linear.weight.device.type != "cpu":
         return False
     kernel = native.layer_cpu()
-    return linear.in_features % pack_unit(linear.weight.dtype) == 0 and kernel is not None and kernel.has_avx512_bf16()
+    return linear.in_features % pack_unit(linear.weight.dtype) == 0 and kernel is not None and kernel.has_packed()
 
 
 class PackedLinear(nn.Module):
     """A bf16 or fp32 linear whose weight lives only in the packed layout (pack): every call,
     whatever the row count, is one native call that streams the weights once (decode and verify
     passes run at the memory floor; bf16 prefill chunks at 650-850 GFLOP/s, within 0-20% of
-    torch's GEMM here), and a prefill row equals the decode row bitwise. `weight` is an empty marker in the dtype and on the
+    torch's GEMM here), and a prefill row equals the decode row bitwise (AVX-512; on AVX2 prefill
+    chunks take torch's fp32 GEMM). `weight` is an empty marker in the dtype and on the
     device (as the quantized linears have), so Transformer.device/.dtype work on a packed head;
     dense() gives the [O, K] matrix back (quantized copies of a packed model are made from it).
     No backward: inference only (distillation trains plain modules)."""
@@ -180,9 +181,15 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)                                       # [N, K]
+        kernel = native.layer_cpu()
+        if flat.shape[0] > MAX_ROWS and not kernel.has_avx512_bf16():
+            # AVX2: a prefill chunk runs faster on torch's fp32 GEMM (its rows then round unlike
+            # a decode row's): Zen 3, 1,024 rows, 1536x576 19.3 -> 14.6 ms, 576x1536 25.4 -> 16.1
+            bias = None if self.bias is None else self.bias.float()
+            return F.linear(flat.float(), self.dense().float(), bias).to(x.dtype).view(*x.shape[:-1], self.out_features)
         if flat.stride(-1) != 1:
             flat = flat.contiguous()
-        y = native.layer_cpu().linear_packed(flat, self.packed, self.bias, self.out_features)  # [N, O]
+        y = kernel.linear_packed(flat, self.packed, self.bias, self.out_features)  # [N, O]
         return y.view(*x.shape[:-1], self.out_features)
 
     def dense(self) -> torch.Tensor:

@@ -52,6 +52,7 @@ constexpr int MR = 4;   // weight rows per block (one accumulator each per x row
 constexpr int NR = 4;   // x rows per tile: MR * NR = 16 accumulators + MR weight vectors in zmm
 
 bool has_avx512_bf16() { return TF_AVX512 != 0; }
+bool has_packed() { return TF_AVX512 || TF_AVX2; }   // linear_packed has a vector path here
 
 #if TF_AVX512
 // out[n][m] = sum_k x[n, k] * w[m, k] for n < nr, m < mr (fp32 sums, before bias and rounding).
@@ -320,6 +321,111 @@ void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, 
 }
 #endif
 
+#if TF_AVX2
+// The packed layout on AVX2 + FMA, which has no bf16 products: a bf16 unit j of a block is 16
+// 32-bit lanes, lane o = w[o][2j] | w[o][2j+1] << 16, so the low halves shifted up are column 2j
+// in fp32 and the high halves masked are column 2j+1 (both exact), each multiplied into 8-lane
+// fp32 FMAs by a broadcast x value. Each row keeps 2 accumulators (outputs 0-7 and 8-15), each
+// taking the even then the odd column's FMA: the same operations for a row
+// whatever N, the tiling and the thread count (row-invariant). fp32 weights: one FMA per column.
+// x comes in fp32 (bf16 rows widened once a call). Tiles of PR_AVX2 = 4 rows: the widened weights
+// serve 4 rows (two rows and four accumulators a row ran N >= 4 at ~50 GFLOP/s, this at 70-85).
+// Prefetch as the AVX-512 path, at every row count. Zen 3, 2 threads: docs/BENCHMARKS.md, round 34.
+constexpr int PR_AVX2 = 4;   // x rows per tile: 8 accumulators + 4 weight vectors + broadcasts in 16 ymm
+
+template <typename Y>
+TF_INLINE void store16(Y* y, const float* sums, const float* bias, int64_t o, int64_t O) {
+  for (int64_t i = 0; i < std::min<int64_t>(16, O - o); ++i)
+    y[o + i] = static_cast<Y>(sums[i] + (bias ? bias[o + i] : 0.f));   // bf16: round to nearest even
+}
+
+template <int pr, typename Y>
+inline void avx2_tile(const float* x, int64_t ldx, const uint16_t* wb, int64_t K, const float* bias,
+                      Y* y, int64_t ldy, int64_t o, int64_t O) {
+  __m256 acc[pr][2];
+  for (int n = 0; n < pr; ++n) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t j = 0; j < K / 2; ++j) {
+    _mm_prefetch((const char*)(wb + (j + PREFETCH_LINES) * 32), _MM_HINT_T0);
+    const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + j * 32));        // outputs 0-7
+    const __m256i hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + j * 32 + 16));   // outputs 8-15
+    const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), d0 = _mm256_castsi256_ps(_mm256_and_si256(lo, high));
+    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16)), d1 = _mm256_castsi256_ps(_mm256_and_si256(hi, high));
+    for (int n = 0; n < pr; ++n) {
+      const __m256 xe = _mm256_broadcast_ss(x + n * ldx + 2 * j), xd = _mm256_broadcast_ss(x + n * ldx + 2 * j + 1);
+      acc[n][0] = _mm256_fmadd_ps(xd, d0, _mm256_fmadd_ps(xe, e0, acc[n][0]));
+      acc[n][1] = _mm256_fmadd_ps(xd, d1, _mm256_fmadd_ps(xe, e1, acc[n][1]));
+    }
+  }
+  alignas(32) float sums[16];
+  for (int n = 0; n < pr; ++n) {
+    _mm256_store_ps(sums, acc[n][0]);
+    _mm256_store_ps(sums + 8, acc[n][1]);
+    store16(y + n * ldy, sums, bias, o, O);
+  }
+}
+
+template <int pr>
+inline void avx2_tile(const float* x, int64_t ldx, const float* wb, int64_t K, const float* bias,
+                      float* y, int64_t ldy, int64_t o, int64_t O) {
+  __m256 acc[pr][2];
+  for (int n = 0; n < pr; ++n) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    _mm_prefetch((const char*)(wb + (k + PREFETCH_LINES) * 16), _MM_HINT_T0);
+    const __m256 w0 = _mm256_load_ps(wb + k * 16), w1 = _mm256_load_ps(wb + k * 16 + 8);
+    for (int n = 0; n < pr; ++n) {
+      const __m256 xb = _mm256_broadcast_ss(x + n * ldx + k);
+      acc[n][0] = _mm256_fmadd_ps(xb, w0, acc[n][0]);
+      acc[n][1] = _mm256_fmadd_ps(xb, w1, acc[n][1]);
+    }
+  }
+  alignas(32) float sums[16];
+  for (int n = 0; n < pr; ++n) {
+    _mm256_store_ps(sums, acc[n][0]);
+    _mm256_store_ps(sums + 8, acc[n][1]);
+    store16(y + n * ldy, sums, bias, o, O);
+  }
+}
+
+// y [N, O] from the packed blocks, x [N, K] in fp32; W the packed element (bf16 as uint16_t or
+// fp32), Y the output's. Threads take runs of blocks as packed_blocks does (runs.h).
+template <typename W, typename Y>
+void avx2_blocks(const float* x, int64_t N, const W* wp, int64_t K, const float* bias, Y* y, int64_t O) {
+  const int64_t B = (O + 15) / 16;
+  for_runs(B, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const W* wb = wp + b * K * 16;
+      int64_t n = 0;
+      for (; n + PR_AVX2 <= N; n += PR_AVX2) avx2_tile<PR_AVX2>(x + n * K, K, wb, K, bias, y + n * O, O, b * 16, O);
+      switch (N - n) {
+        case 3: avx2_tile<3>(x + n * K, K, wb, K, bias, y + n * O, O, b * 16, O); break;
+        case 2: avx2_tile<2>(x + n * K, K, wb, K, bias, y + n * O, O, b * 16, O); break;
+        case 1: avx2_tile<1>(x + n * K, K, wb, K, bias, y + n * O, O, b * 16, O); break;
+        default: break;
+      }
+    }
+  });
+}
+
+// x [N, K] (bf16 or fp32, unit stride) as contiguous fp32, in a buffer kept per calling thread.
+const float* widened(const torch::Tensor& x) {
+  const int64_t N = x.size(0), K = x.size(1);
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(N * K));
+  if (x.scalar_type() == at::kFloat) {
+    for (int64_t n = 0; n < N; ++n) std::memcpy(buffer.data() + n * K, x.data_ptr<float>() + n * x.stride(0), K * 4);
+  } else {
+    const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const uint32_t bits = static_cast<uint32_t>(xp[n * x.stride(0) + k]) << 16;
+        std::memcpy(buffer.data() + n * K + k, &bits, 4);
+      }
+  }
+  return buffer.data();
+}
+#endif
+
 // y [N, O] = x [N, K] . w^T (+ bias [O]) with w in the packed layout above: bf16 [B, K/2, 16, 2]
 // or fp32 [B, K, 16, 1] (one 64-byte vector of a block's 16 rows per 4-byte unit of columns).
 // y [N, O] (contiguous, x's dtype): written, not allocated (DecoderPlan's workspace).
@@ -333,11 +439,19 @@ void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, con
               packed.numel() == B * K * 16 && reinterpret_cast<uintptr_t>(packed.data_ptr()) % 64 == 0,
               "linear_packed: packed must be a 64-byte aligned contiguous ", x.scalar_type(), " [", B, ", ", K / unit,
               ", 16, ", unit, "] for O = ", O, " and K = ", K, ", got ", packed.sizes(), " ", packed.scalar_type());
-  TORCH_CHECK(has_avx512_bf16(), "linear_packed: built without avx512_bf16 (callers check has_avx512_bf16())");
+  TORCH_CHECK(has_packed(), "linear_packed: built without AVX-512 or AVX2 (callers check has_packed())");
   TORCH_CHECK(y.is_contiguous() && y.dim() == 2 && y.size(0) == N && y.size(1) == O && y.scalar_type() == x.scalar_type(),
               "linear_packed: out must be a contiguous ", x.scalar_type(), " [", N, ", ", O, "], got ", y.sizes());
   torch::Tensor b32;
   if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
+#if TF_AVX2
+  const float* xf = widened(x);
+  const float* b2 = b32.defined() ? b32.data_ptr<float>() : nullptr;
+  if (f32)
+    avx2_blocks(xf, N, packed.data_ptr<float>(), K, b2, y.data_ptr<float>(), O);
+  else
+    avx2_blocks(xf, N, reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>()), K, b2, y.data_ptr<at::BFloat16>(), O);
+#endif
 #if TF_AVX512
   if (f32) {
     packed_blocks(x.data_ptr<float>(), x.stride(0), N, packed.data_ptr<float>(), K,
@@ -825,6 +939,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("sin"), py::arg("out"));
   m.def("silu_mul", &silu_mul, "silu(gate) * up, both [..., F]", py::arg("gate"), py::arg("up"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the avx512_bf16 kernel was compiled in");
+  m.def("has_packed", &has_packed, "whether linear_packed was compiled in (AVX-512 or AVX2 + FMA)");
   py::class_<DecoderPlan>(m, "DecoderPlan")
       .def(py::init<std::vector<torch::Tensor>, std::vector<torch::Tensor>, double, std::vector<LinearSpec>,
                     int64_t, int64_t, int64_t, double, py::capsule, c10::optional<py::capsule>, c10::optional<py::capsule>>())

@@ -12,6 +12,15 @@
 #define TF_AVX512 0
 #endif
 
+// TF_AVX2 is 1 where the build targets AVX2 and FMA but not the AVX-512 kernels (Zen 2/3, Intel
+// client CPUs): the packed linear then has a vector path (layer_cpu.cpp), the rest stays scalar.
+#if !TF_AVX512 && defined(__AVX2__) && defined(__FMA__)
+#define TF_AVX2 1
+#include <immintrin.h>
+#else
+#define TF_AVX2 0
+#endif
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
