@@ -211,7 +211,8 @@ class Int8Linear(_QuantLinear):
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         if self.qweight.shape[1] != self.in_features:
             x = torch.nn.functional.pad(x, (0, self.qweight.shape[1] - self.in_features))  # zero columns: nothing added
-        return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
+        # .to: a copy computing in another dtype than its source's keeps the source's scales (convert_floats)
+        return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales.to(x.dtype))
 
     def dequantized(self) -> torch.Tensor:
         q = self.codes()[:, :self.in_features]
@@ -258,7 +259,7 @@ class Int4Linear(_QuantLinear):
         cols = -(-self.in_features // INT4_GROUP) * INT4_GROUP
         if cols != self.in_features:
             x = torch.nn.functional.pad(x, (0, cols - self.in_features))       # zero columns: nothing added
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.qweight, INT4_GROUP, self.scales_and_zeros)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.qweight, INT4_GROUP, self.scales_and_zeros.to(x.dtype))
         return y if y.shape[-1] == self.out_features else y[:, :self.out_features].contiguous()
 
     def zero_term(self) -> torch.Tensor:

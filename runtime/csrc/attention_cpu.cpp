@@ -1058,6 +1058,157 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
   }
 }
 
+#if TF_AVX2
+// ---- AVX2 + FMA (no AVX-512): decode and verify items -----------------------------------------
+// The same items (b, kv head, chunk of keys) in three passes over the item's keys, all fp32:
+//   scores  S[r][n] = q_r . k_n * c for 8 keys at a time: the 8 keys' rows widened once into Kf,
+//           then per row 8 accumulators of 8 dims (one FMA per 8 dims and key) reduced by a fixed
+//           hadd tree into the 8 keys' lanes;
+//   softmax per row: m = the item's max, p = 2^(S - m), l = the sum of p (8 lanes, then a fixed
+//           tree); keys a row may not see (bottom-right causality) are -inf, so p is exactly 0;
+//   P.V     the block's V rows widened once into Vf, then per row O[r][:] += p[r][n] V[n][:], keys
+//           in order, 64 dims (8 accumulators) at a time.
+// bf16 is widened by shift and mask (a 32-byte load is 8 pairs of dims: the even dims shifted up,
+// the odd masked), so Q, Kf, Vf and O hold each 16 dims as [8 even, 8 odd]; acc goes out in d
+// order. Each row's operations do not depend on R, r0 or the thread (keys a row cannot see add
+// exact zeros), so a verify pass gives bitwise the rows of the 1-token passes it replaces.
+constexpr int NB2 = 64;   // keys per V block (Vf: 64 rows)
+
+// 2^x for x <= 0 (lanes below -126, -inf included, give 0): 2^round(x) * p(f) as exp2_ps.
+inline __m256 exp2_avx2(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(1.3276379e-3f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6755102e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5507131e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022120e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314694e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// 8 vectors -> one: lane j = the sum of a[j]'s lanes (a fixed tree).
+TF_INLINE __m256 sum8(const __m256 a[8]) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+TF_INLINE float hsum(__m256 a) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+// A row of D values as fp32 (D % 16 == 0): bf16 as [8 even dims, 8 odd dims] per 16, fp32 as is.
+TF_INLINE void widen(const at::BFloat16* src, float* dst, int64_t D) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t d = 0; d < D; d += 16) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
+    _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)));
+    _mm256_storeu_ps(dst + d + 8, _mm256_castsi256_ps(_mm256_and_si256(u, high)));
+  }
+}
+TF_INLINE void widen(const float* src, float* dst, int64_t D) { std::memcpy(dst, src, D * sizeof(float)); }
+// The dim that lane i of a widened row holds.
+template <typename scalar_t>
+inline int64_t widened_dim(int64_t i) {
+  if constexpr (std::is_same<scalar_t, float>::value) return i;
+  else return 16 * (i / 16) + 2 * (i % 8) + (i % 16) / 8;
+}
+
+template <typename scalar_t>
+void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
+                   int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc) {
+  const int64_t D = sh.D, N = c1 - c0, LS = (N + 7) / 8 * 8 + 8;   // score row stride (8-aligned)
+  thread_local std::vector<float> buf;
+  float* Q = scratch(buf, R * D + 8 * D + NB2 * D + R * LS + R * D);
+  float *Kf = Q + R * D, *Vf = Kf + 8 * D, *Sc = Vf + NB2 * D, *O = Sc + R * LS;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
+    widen(q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst, Q + r * D, D);
+  }
+  const __m256 c = _mm256_set1_ps(sh.c);
+  // scores, 8 keys at a time (past c1: zero rows, then -inf)
+  for (int64_t n0 = c0; n0 < c1; n0 += 8) {
+    const int64_t nk = std::min<int64_t>(8, c1 - n0);
+    for (int64_t j = 0; j < 8; ++j) {
+      if (j < nk) {
+        _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss + D) - 1, _MM_HINT_T0);
+        widen(k + (n0 + j) * sh.kss, Kf + j * D, D);
+      } else {
+        std::fill(Kf + j * D, Kf + (j + 1) * D, 0.f);
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      __m256 a[8];
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+      for (int64_t d = 0; d < D; d += 8) {
+        const __m256 qv = _mm256_loadu_ps(Q + r * D + d);
+        for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(Kf + j * D + d), a[j]);
+      }
+      float* srow = Sc + r * LS + (n0 - c0);
+      _mm256_storeu_ps(srow, _mm256_mul_ps(sum8(a), c));
+      const int64_t limit = sh.S - sh.T + (r0 + r) % sh.T;   // the last key row r may see
+      for (int64_t j = 0; j < 8; ++j)
+        if (j >= nk || n0 + j > limit) srow[j] = NEG_INF;
+    }
+  }
+  // softmax: the item's max, p = 2^(s - m) in place, l
+  const int64_t NV = (N + 7) / 8;
+  for (int64_t r = 0; r < R; ++r) {
+    float* srow = Sc + r * LS;
+    __m256 mx = _mm256_set1_ps(NEG_INF);
+    for (int64_t i = 0; i < NV; ++i) mx = _mm256_max_ps(mx, _mm256_loadu_ps(srow + 8 * i));
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    m[r] = _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+    if (m[r] == NEG_INF) { l[r] = 0.f; continue; }   // the row sees none of these keys
+    const __m256 mv = _mm256_set1_ps(m[r]);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t i = 0; i < NV; ++i) {
+      const __m256 p = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(srow + 8 * i), mv));
+      _mm256_storeu_ps(srow + 8 * i, p);
+      sum = _mm256_add_ps(sum, p);
+    }
+    l[r] = hsum(sum);
+  }
+  // P.V, a block of NB2 keys at a time
+  std::fill(O, O + R * D, 0.f);
+  for (int64_t n0 = c0; n0 < c1; n0 += NB2) {
+    const int64_t nk = std::min<int64_t>(NB2, c1 - n0);
+    for (int64_t j = 0; j < nk; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + (n0 + j + 64) * sh.vss), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(v + (n0 + j + 64) * sh.vss + D) - 1, _MM_HINT_T0);
+      widen(v + (n0 + j) * sh.vss, Vf + j * D, D);
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      if (m[r] == NEG_INF) continue;
+      const float* prow = Sc + r * LS + (n0 - c0);
+      for (int64_t d0 = 0; d0 < D; d0 += 64) {
+        const int64_t nd = std::min<int64_t>(64, D - d0) / 8;   // 2, 4, 6 or 8 vectors
+        __m256 o[8];
+        for (int64_t i = 0; i < nd; ++i) o[i] = _mm256_loadu_ps(O + r * D + d0 + 8 * i);
+        for (int64_t j = 0; j < nk; ++j) {
+          const __m256 pv = _mm256_broadcast_ss(prow + j);
+          const float* vr = Vf + j * D + d0;
+          for (int64_t i = 0; i < nd; ++i) o[i] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * i), o[i]);
+        }
+        for (int64_t i = 0; i < nd; ++i) _mm256_storeu_ps(O + r * D + d0 + 8 * i, o[i]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t i = 0; i < D; ++i) acc[r * D + widened_dim<scalar_t>(i)] = O[r * D + i];
+}
+#endif
+
+bool has_avx2() { return TF_AVX2; }
+
 bool dot_default() {
   if (const char* env = std::getenv("TRIFORCE_DOT_BF16")) return std::strcmp(env, "0") != 0;
   // Zen 4/5: vdpbf16ps at full rate; Intel with AMX: the products on tiles; Intel without: fma
@@ -1096,6 +1247,10 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
 #else
   const bool fast = false;
 #endif
+  // AVX2 builds: decode and verify items of bf16 or fp32 (prefill takes torch's kernel: runtime/attention.py)
+  const bool avx2 = TF_AVX2 && !prefill && sh.D % 16 == 0 && sh.D <= 256 &&
+                    (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat);
+  (void)avx2;
   static const bool dot_auto = dot_default();
   const bool dot = fast && dot_bf16.value_or(dot_auto) && q.scalar_type() == at::kBFloat16;
   const bool amx = dot && amx_usable();   // the bf16 products on AMX tiles where there are some
@@ -1172,6 +1327,14 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
           }
         }
 #endif
+#if TF_AVX2
+        if constexpr (std::is_same<scalar_t, at::BFloat16>::value || std::is_same<scalar_t, float>::value) {
+          if (avx2) {
+            run_item_avx2<scalar_t>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
+            done = true;
+          }
+        }
+#endif
         if (!done) run_item_scalar<scalar_t>(sh, qp, kb, vb, b, h, r0, nr, c0, c1, m, l, acc);
         if (!pm)  // one part per row: normalize and write out
           for (int64_t r = 0; r < nr; ++r) write_row(out_row(b, h, r0 + r), acc + r * sh.D, l[r], dim.data(), sh.D);
@@ -1211,6 +1374,7 @@ bool dot_bf16_default() { return TF_AVX512 && dot_default(); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "CPU attention for decode/verify: q [B,H,T,D], k/v [B,Hkv,S,D] -> [B,T,H,D]",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none());
+  m.def("has_avx2", &has_avx2, "whether decode/verify items (bf16, fp32) have the AVX2 + FMA path");
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the fast (avx512_bf16) kernels were compiled in");
   m.attr("attend_ptr") = py::capsule(reinterpret_cast<void*>(&attend), "triforce.attend");  // layer_cpu's DecoderPlan
   m.def("amx", &amx_usable, "whether the bf16 products (dot_bf16) run on AMX tiles here");
