@@ -226,7 +226,8 @@ class Engine(Checkpoint):
         from triforce.runtime.model import plan_kernels
         if weights == "same" or source.dtype != torch.float32 or source.device.type != "cpu" or run.backend != "local":
             return None
-        return torch.bfloat16 if plan_kernels() is not None else None
+        kernels = plan_kernels()
+        return torch.bfloat16 if kernels is not None and kernels[0].has_avx512_bf16() else None   # (not on AVX2 builds)
 
     def build_stack(self, run: RunConfig, capacity: int) -> tuple[list[Level], list[int]]:
         """The levels of run.mode (runtime/modes.py), smallest proposer first, and the gammas between them."""

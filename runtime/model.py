@@ -161,6 +161,8 @@ class Transformer(nn.Module):
         cos, sin = cache.begin(tokens.shape[1])
         x = self.model.embed_tokens(tokens)                            # [B, T, E]
         plan = None if torch.is_grad_enabled() else decoder_plan(self)
+        if plan is not None and tokens.numel() > (_PLAN_ROWS.get(self) or tokens.numel()):
+            plan = None                                                # AVX2: prefill chunks on torch's kernels
         slots = cache.slots() if plan is not None and hasattr(cache, "slots") else None
         packed = cache.slots_each() if plan is not None and hasattr(cache, "slots_each") else None
         if slots is not None:   # the same kernels in the same order, in one native call
@@ -254,6 +256,7 @@ def fuse_projections(model: Transformer) -> Transformer:
 
 
 _PLANS: "weakref.WeakKeyDictionary[Transformer, object]" = weakref.WeakKeyDictionary()
+_PLAN_ROWS: "weakref.WeakKeyDictionary[Transformer, int | None]" = weakref.WeakKeyDictionary()
 
 
 def decoder_plan(model: Transformer):
@@ -272,13 +275,13 @@ def plan_kernels():
     model: asking builds the CPU kernels (a GPU run must never compile them)."""
     from triforce.runtime import native
     layer_k, attention_k = native.layer_cpu(), native.attention_cpu()
-    if layer_k is None or attention_k is None or not layer_k.has_avx512_bf16():
+    if layer_k is None or attention_k is None or not (layer_k.has_avx512_bf16() or attention_k.has_avx2()):
         return None
     return layer_k, attention_k, native.quant_cpu()
 
 
 def _build_plan(model: Transformer):
-    from triforce.runtime.ops import PackedLinear
+    from triforce.runtime.ops import MAX_ROWS, PackedLinear
     from triforce.runtime.quant import Int4Linear, Int8Linear
     if model.dtype not in (torch.bfloat16, torch.float32) or model.device.type != "cpu":
         return None    # before any native module is asked for: a GPU run never compiles the CPU kernels
@@ -286,6 +289,10 @@ def _build_plan(model: Transformer):
     if kernels is None:
         return None
     layer_k, attention_k, quant_k = kernels
+    # Rows (B*T) up to which a pass takes the plan: any with the AVX-512 kernels; on AVX2 builds
+    # decode and verify passes only, as prefill chunks run faster on torch's fp32 GEMM and flash
+    # kernel there (ops.PackedLinear, attention.attend)
+    _PLAN_ROWS[model] = None if layer_k.has_avx512_bf16() else MAX_ROWS
 
     def spec(linear):
         bias = linear.bias

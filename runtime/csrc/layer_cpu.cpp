@@ -805,7 +805,7 @@ class DecoderPlan {
                 "DecoderPlan: 4 linears and 2 norms per layer expected");
     for (const auto& l : linears_) {
       const int64_t kind = std::get<0>(l);
-      TORCH_CHECK((kind == PACKED && has_avx512_bf16()) || (kind == INT8 && int8_) || (kind == INT4 && int4_),
+      TORCH_CHECK((kind == PACKED && has_packed()) || (kind == INT8 && int8_) || (kind == INT4 && int4_),
                   "DecoderPlan: linear kind ", kind, " has no kernel here");
     }
   }
