@@ -41,7 +41,12 @@ LEVELS = ("target", "retrieval", "drafter")
 
 
 def matmul_peak_gflops(dtype: torch.dtype, device: torch.device = torch.device("cpu"), repeats: int = 5) -> float:
-    """GFLOP/s of a large square matrix product in `dtype` on `device` (the compute roof)."""
+    """GFLOP/s of a large square matrix product in `dtype` on `device` (the compute roof). bf16 on a
+    CPU without bf16 instructions (ops.cpu_bf16: AVX2) is timed in fp32, which the kernels there
+    compute in (torch's bf16 GEMM runs at ~0.3-1 GFLOP/s there: no roof, and minutes to time)."""
+    from triforce.runtime.ops import cpu_bf16
+    if device.type == "cpu" and dtype == torch.bfloat16 and not cpu_bf16():
+        dtype = torch.float32
     size = 8192 if device.type == "cuda" else 2048
     a = torch.randn(size, size, dtype=dtype, device=device)
     b = torch.randn(size, size, dtype=dtype, device=device)
@@ -122,7 +127,7 @@ def suite_passes(args: argparse.Namespace) -> dict:
     probe_buffer = torch.ones(paired_mb * 2**20 // 4, dtype=torch.float32, device=device)
     probe = timed(probe_buffer.sum, device)
     peak = matmul_peak_gflops(dtype, device)
-    print(f"[passes] {device}: read bandwidth {bandwidth:.1f} GB/s, {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
+    print(f"[passes] {device}: read bandwidth {bandwidth:.1f} GB/s, matmul peak {peak:.0f} GFLOP/s ({dtype} passes)", flush=True)
     graphs = getattr(args, "cuda_graph", False)
     if graphs and device.type != "cuda":
         raise UserError(f"--cuda-graph needs a CUDA device; this run is on {device}")
