@@ -52,7 +52,8 @@ def _avx2_item(kernel, q: torch.Tensor, k: torch.Tensor) -> bool:
     or fp32 (its scalar prefill and fp16 paths lose to torch's flash kernel: on a Zen 3, 8K keys, one
     layer, the scalar items took 2.7 ms at T = 1 and 18.4 at T = 8 against torch's 1.7 and 2.7)."""
     rows = q.shape[1] // k.shape[1] * q.shape[2]
-    return kernel.has_avx2() and rows <= DECODE_ROWS and q.dtype in (torch.bfloat16, torch.float32) and q.shape[-1] % 16 == 0
+    D = q.shape[-1]
+    return kernel.has_avx2() and rows <= DECODE_ROWS and q.dtype in (torch.bfloat16, torch.float32) and D % 16 == 0 and D <= 256
 
 
 def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

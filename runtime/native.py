@@ -105,7 +105,8 @@ def _compile(kernel: str) -> str | None:
     if module is None:
         return None
     kind = "avx512_bf16 kernels" if module.has_avx512_bf16() else \
-        "AVX2 packed linear, other kernels scalar" if getattr(module, "has_packed", lambda: False)() else "scalar kernels"
+        "AVX2 packed linear, other kernels scalar" if getattr(module, "has_packed", lambda: False)() else \
+        "AVX2 decode/verify items, prefill scalar" if getattr(module, "has_avx2", lambda: False)() else "scalar kernels"
     return f"native {kernel}: {Path(module.__file__).parent.name} build ({kind})"
 
 

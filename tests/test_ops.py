@@ -145,6 +145,36 @@ def test_dispatch(kernel, monkeypatch):
     assert out.shape == (2, 3, 8)
 
 
+def test_bf16_rows_go_through_fp32_where_torch_has_no_bf16_gemm(monkeypatch):
+    """On a CPU without bf16 GEMM (AVX2; ops.cpu_bf16), more than FP32_ROWS bf16 rows of an
+    unpacked linear multiply in fp32 and round once (torch's bf16 GEMM runs at ~1 GFLOP/s there);
+    fewer rows keep torch's bf16 product."""
+    monkeypatch.setattr(native, "layer_cpu", lambda: None)   # torch's paths only
+    monkeypatch.setattr(linear_mod, "_CPU_BF16", False)
+    g = torch.Generator().manual_seed(5)
+    w, b = torch.randn(24, 64, generator=g).bfloat16(), torch.randn(24, generator=g).bfloat16()
+    many = torch.randn(2, linear_mod.FP32_ROWS, 64, generator=g).bfloat16()
+    assert torch.equal(linear_mod.linear(many, w, b), F.linear(many.float(), w.float(), b.float()).bfloat16())
+    few = many[:1]
+    assert torch.equal(linear_mod.linear(few, w, b), F.linear(few, w, b))
+
+
+def test_packed_prefill_chunks_take_the_fp32_gemm_on_avx2_builds(packed_kernel, monkeypatch):
+    """A build without the AVX-512 kernels runs a PackedLinear's prefill chunk (more than MAX_ROWS
+    rows) on torch's fp32 GEMM over the dense weight, and its decode rows on the packed kernel."""
+    avx2 = SimpleNamespace(has_avx512_bf16=lambda: False, linear_packed=packed_kernel.linear_packed)
+    monkeypatch.setattr(native, "layer_cpu", lambda: avx2)
+    g = torch.Generator().manual_seed(6)
+    dense = torch.nn.Linear(64, 40).bfloat16()
+    packed = linear_mod.PackedLinear(dense)
+    chunk = torch.randn(1, linear_mod.MAX_ROWS + 3, 64, generator=g).bfloat16()
+    with torch.inference_mode():
+        expect = F.linear(chunk.float(), dense.weight.float(), dense.bias.float()).bfloat16()
+        assert torch.equal(packed(chunk), expect)
+        row = chunk[:, :1]
+        assert torch.equal(packed(row), packed_kernel.linear_packed(row[0], packed.packed, packed.bias, 40)[None])
+
+
 @pytest.fixture(scope="module")
 def glue():
     """The native module for the glue ops (rms_norm, rope, silu_mul): any build has them, the

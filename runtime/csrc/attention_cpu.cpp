@@ -1074,18 +1074,14 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 // exact zeros), so a verify pass gives bitwise the rows of the 1-token passes it replaces.
 constexpr int NB2 = 64;   // keys per V block (Vf: 64 rows)
 
-// 2^x for x <= 0 (lanes below -126, -inf included, give 0): 2^round(x) * p(f) as exp2_ps.
+// 2^x for x <= 0 (lanes below -126, -inf included, give 0): 2^round(x) * p(f) as exp2_ps (simd.h).
 inline __m256 exp2_avx2(__m256 x) {
   const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
   x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
   const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(1.3276379e-3f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6755102e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5507131e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022120e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314694e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001f));
+  __m256 p = _mm256_set1_ps(EXP2_POLY[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY[i]));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }

@@ -91,6 +91,10 @@ inline unsigned cpu_family() {
 #endif
 }
 
+// 2^f for |f| <= 0.5: the degree-5 minimax polynomial (highest power first), shared by exp2_ps
+// and attention_cpu.cpp's AVX2 exp2_avx2.
+constexpr float EXP2_POLY[6] = {1.3276379e-3f, 9.6755102e-3f, 5.5507131e-2f, 2.4022120e-1f, 6.9314694e-1f, 1.0000001f};
+
 #if TF_AVX512
 // 2^x, 16 lanes: 2^n * p(f), n = round(x), |f| <= 0.5, p the degree-5 minimax polynomial of 2^f
 // (relative error 2.4e-7 in fp32, a few ulps). Lanes below -150 give 0 (so -inf gives 0); lanes
@@ -99,12 +103,8 @@ inline __m512 exp2_ps(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-150.f));  // -inf -> 0 after scalef
   __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.3276379e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6755102e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5507131e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022120e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314694e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001f));
+  __m512 p = _mm512_set1_ps(EXP2_POLY[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(EXP2_POLY[i]));
   return _mm512_scalef_ps(p, n);
 }
 

@@ -3,7 +3,7 @@
 # passes of the two levels on the target's weights with the glue ops unfused (before) and compiled
 # (after), the middle level on int8 weights, and 32K requests end to end:
 #   run(command="bash docs/bench/gpu-r34/gpu1.sh", kind="nvidia-h200")
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/../gpu-r33/common.sh"
 exec > >(tee "$OUT/log1.txt") 2>&1
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 step 150 "1. pytest -m gpu" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py

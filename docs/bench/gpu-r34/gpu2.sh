@@ -2,7 +2,7 @@
 # Round 34's second GPU call: why call 1's compiled glue ops were slow (glue_probe.py, dynamo's
 # recompile log), then the passes with the glue ops unfused and compiled:
 #   run(command="bash docs/bench/gpu-r34/gpu2.sh", kind="nvidia-h200")
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/../gpu-r33/common.sh"
 exec > >(tee "$OUT/log2.txt") 2>&1
 D=docs/bench/gpu-r34
 step 120 "1. glue probe" env TORCH_LOGS=recompiles python3 $D/glue_probe.py

@@ -3,7 +3,7 @@
 # tests; the passes at 32K; 32K requests end to end, `ar` twice (the second finds inductor's
 # on-disk cache, as every later process does):
 #   run(command="bash docs/bench/gpu-r34/gpu3.sh", kind="nvidia-h200")
-source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/../gpu-r33/common.sh"
 exec > >(tee "$OUT/log3.txt") 2>&1
 D=docs/bench/gpu-r34
 step 150 "1. pytest -m gpu" python3 -m pytest -m gpu -q -p no:cacheprovider -rP tests/test_gpu.py
