@@ -43,17 +43,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return _attend_sdpa_lower_right(q, k, v)
 
 
-# Query rows (G*T) up to which the native kernel runs decode/verify items (attention_cpu.cpp ROWS_SPLIT).
-DECODE_ROWS = 256
-
-
 def _avx2_item(kernel, q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether an AVX2 build (no AVX-512 kernels) takes this call: decode and verify passes of bf16
     or fp32 (its scalar prefill and fp16 paths lose to torch's flash kernel: on a Zen 3, 8K keys, one
     layer, the scalar items took 2.7 ms at T = 1 and 18.4 at T = 8 against torch's 1.7 and 2.7)."""
     rows = q.shape[1] // k.shape[1] * q.shape[2]
     D = q.shape[-1]
-    return kernel.has_avx2() and rows <= DECODE_ROWS and q.dtype in (torch.bfloat16, torch.float32) and D % 16 == 0 and D <= 256
+    return kernel.has_avx2() and rows <= kernel.decode_rows and q.dtype in (torch.bfloat16, torch.float32) and D % 16 == 0 and D <= 256
 
 
 def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

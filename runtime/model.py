@@ -20,7 +20,7 @@ from triforce.runtime.attention import attend
 from triforce.runtime.cache import KVCache
 from triforce.runtime.config import ModelConfig
 from triforce.runtime.errors import UserError
-from triforce.runtime.ops import Linear, rms_norm, silu_mul
+from triforce.runtime.ops import MAX_ROWS, Linear, rms_norm, silu_mul
 from triforce.runtime.rope import Rope
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -161,8 +161,8 @@ class Transformer(nn.Module):
         cos, sin = cache.begin(tokens.shape[1])
         x = self.model.embed_tokens(tokens)                            # [B, T, E]
         plan = None if torch.is_grad_enabled() else decoder_plan(self)
-        if plan is not None and tokens.numel() > (_PLAN_ROWS.get(self) or tokens.numel()):
-            plan = None                                                # AVX2: prefill chunks on torch's kernels
+        if plan is not None and tokens.numel() > MAX_ROWS and not plan_kernels()[0].has_avx512_bf16():
+            plan = None   # AVX2 builds: prefill chunks run faster on torch's fp32 GEMM and flash kernel
         slots = cache.slots() if plan is not None and hasattr(cache, "slots") else None
         packed = cache.slots_each() if plan is not None and hasattr(cache, "slots_each") else None
         if slots is not None:   # the same kernels in the same order, in one native call
@@ -256,7 +256,6 @@ def fuse_projections(model: Transformer) -> Transformer:
 
 
 _PLANS: "weakref.WeakKeyDictionary[Transformer, object]" = weakref.WeakKeyDictionary()
-_PLAN_ROWS: "weakref.WeakKeyDictionary[Transformer, int | None]" = weakref.WeakKeyDictionary()
 
 
 def decoder_plan(model: Transformer):
@@ -281,7 +280,7 @@ def plan_kernels():
 
 
 def _build_plan(model: Transformer):
-    from triforce.runtime.ops import MAX_ROWS, PackedLinear
+    from triforce.runtime.ops import PackedLinear
     from triforce.runtime.quant import Int4Linear, Int8Linear
     if model.dtype not in (torch.bfloat16, torch.float32) or model.device.type != "cpu":
         return None    # before any native module is asked for: a GPU run never compiles the CPU kernels
@@ -289,10 +288,6 @@ def _build_plan(model: Transformer):
     if kernels is None:
         return None
     layer_k, attention_k, quant_k = kernels
-    # Rows (B*T) up to which a pass takes the plan: any with the AVX-512 kernels; on AVX2 builds
-    # decode and verify passes only, as prefill chunks run faster on torch's fp32 GEMM and flash
-    # kernel there (ops.PackedLinear, attention.attend)
-    _PLAN_ROWS[model] = None if layer_k.has_avx512_bf16() else MAX_ROWS
 
     def spec(linear):
         bias = linear.bias

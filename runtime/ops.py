@@ -23,6 +23,8 @@ those streamed layer by layer (offload/weights.py).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -66,18 +68,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 FP32_ROWS = 4
 
 
+@functools.cache
 def cpu_bf16() -> bool:
     """Whether torch's CPU GEMM has bf16 instructions here (avx512_bf16/AMX, or oneDNN's AVX-512 path)."""
-    global _CPU_BF16
-    if _CPU_BF16 is None:
-        try:
-            _CPU_BF16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        except (AttributeError, RuntimeError):   # a torch without oneDNN: assume AVX-512-class
-            _CPU_BF16 = True
-    return _CPU_BF16
-
-
-_CPU_BF16 = None
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):   # a torch without oneDNN: assume AVX-512-class
+        return True
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

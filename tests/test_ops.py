@@ -150,7 +150,7 @@ def test_bf16_rows_go_through_fp32_where_torch_has_no_bf16_gemm(monkeypatch):
     unpacked linear multiply in fp32 and round once (torch's bf16 GEMM runs at ~1 GFLOP/s there);
     fewer rows keep torch's bf16 product."""
     monkeypatch.setattr(native, "layer_cpu", lambda: None)   # torch's paths only
-    monkeypatch.setattr(linear_mod, "_CPU_BF16", False)
+    monkeypatch.setattr(linear_mod, "cpu_bf16", lambda: False)
     g = torch.Generator().manual_seed(5)
     w, b = torch.randn(24, 64, generator=g).bfloat16(), torch.randn(24, generator=g).bfloat16()
     many = torch.randn(2, linear_mod.FP32_ROWS, 64, generator=g).bfloat16()

@@ -1101,11 +1101,10 @@ TF_INLINE float hsum(__m256 a) {
 
 // A row of D values as fp32 (D % 16 == 0): bf16 as [8 even dims, 8 odd dims] per 16, fp32 as is.
 TF_INLINE void widen(const at::BFloat16* src, float* dst, int64_t D) {
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t d = 0; d < D; d += 16) {
     const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + d));
-    _mm256_storeu_ps(dst + d, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)));
-    _mm256_storeu_ps(dst + d + 8, _mm256_castsi256_ps(_mm256_and_si256(u, high)));
+    _mm256_storeu_ps(dst + d, bf16_even(u));
+    _mm256_storeu_ps(dst + d + 8, bf16_odd(u));
   }
 }
 TF_INLINE void widen(const float* src, float* dst, int64_t D) { std::memcpy(dst, src, D * sizeof(float)); }
@@ -1370,6 +1369,7 @@ bool dot_bf16_default() { return TF_AVX512 && dot_default(); }
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "CPU attention for decode/verify: q [B,H,T,D], k/v [B,Hkv,S,D] -> [B,T,H,D]",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none());
+  m.attr("decode_rows") = ROWS_SPLIT;   // query rows (G*T) up to which calls are decode/verify items
   m.def("has_avx2", &has_avx2, "whether decode/verify items (bf16, fp32) have the AVX2 + FMA path");
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the fast (avx512_bf16) kernels were compiled in");
   m.attr("attend_ptr") = py::capsule(reinterpret_cast<void*>(&attend), "triforce.attend");  // layer_cpu's DecoderPlan

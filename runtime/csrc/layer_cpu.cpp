@@ -344,13 +344,11 @@ inline void avx2_tile(const float* x, int64_t ldx, const uint16_t* wb, int64_t K
                       Y* y, int64_t ldy, int64_t o, int64_t O) {
   __m256 acc[pr][2];
   for (int n = 0; n < pr; ++n) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t j = 0; j < K / 2; ++j) {
     _mm_prefetch((const char*)(wb + (j + PREFETCH_LINES) * 32), _MM_HINT_T0);
     const __m256i lo = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + j * 32));        // outputs 0-7
     const __m256i hi = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + j * 32 + 16));   // outputs 8-15
-    const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16)), d0 = _mm256_castsi256_ps(_mm256_and_si256(lo, high));
-    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16)), d1 = _mm256_castsi256_ps(_mm256_and_si256(hi, high));
+    const __m256 e0 = bf16_even(lo), d0 = bf16_odd(lo), e1 = bf16_even(hi), d1 = bf16_odd(hi);
     for (int n = 0; n < pr; ++n) {
       const __m256 xe = _mm256_broadcast_ss(x + n * ldx + 2 * j), xd = _mm256_broadcast_ss(x + n * ldx + 2 * j + 1);
       acc[n][0] = _mm256_fmadd_ps(xd, d0, _mm256_fmadd_ps(xe, e0, acc[n][0]));

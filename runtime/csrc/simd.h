@@ -30,6 +30,15 @@
 // memory, attention 3-8% slower at T = 1 and in prefill), so they say so.
 #define TF_INLINE inline __attribute__((always_inline))
 
+#if TF_AVX2
+// 8 pairs of bf16, one per 32-bit lane -> each pair's first (low half shifted up) or second (high
+// half masked) as fp32, both exact: how the AVX2 paths widen bf16 (no bf16 instructions there).
+TF_INLINE __m256 bf16_even(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
+TF_INLINE __m256 bf16_odd(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+#endif
+
 // AMX (Intel Sapphire Rapids and later): tiles of 16 rows x 64 bytes, tdpbf16ps multiplies a
 // 16 x 32 bf16 tile by a 32 x 16 one (pairs interleaved, "VNNI" layout) into 16 x 16 fp32.
 // TF_AMX is 1 where the build targets amx-tile and amx-bf16; amx_usable() is whether this
