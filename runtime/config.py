@@ -344,7 +344,7 @@ class RunConfig:
 
     def lower_levels(self, quantized: bool, counted: bool) -> "RunConfig":
         """This run with its "auto" lower-level settings made concrete (explicit ones are kept).
-        `quantized`: the model runs where the native int8/int4 kernels do (a CPU with avx512_vnni);
+        `quantized`: the model runs where the native int8/int4 kernels do (avx512_vnni or AVX2);
         `counted`: the drafter recorded its distillation corpus's token counts. There, with the
         local backend and resident weights, auto is what docs/BENCHMARKS.md measured fastest: int4
         copies of the middle level and the drafter, the drafter's head pruned to AUTO_DRAFT_VOCAB

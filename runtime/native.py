@@ -93,8 +93,8 @@ def sampling_cpu():
 
 
 def quant_cpu():
-    """The compiled weight-only quantized linears (`int8_linear`, `int4_linear`, `has_avx512_vnni`),
-    or None. The kernels need avx512_vnni and avx512_bf16 (runtime.quant checks has_avx512_vnni())."""
+    """The compiled weight-only quantized linears (`int8_linear`, `int4_linear`, `has_kernels`), or
+    None. The kernels need avx512_vnni and avx512_bf16, or AVX2 (runtime.quant checks has_kernels())."""
     return _module("quant_cpu")
 
 
@@ -105,6 +105,7 @@ def _compile(kernel: str) -> str | None:
     if module is None:
         return None
     kind = "avx512_bf16 kernels" if module.has_avx512_bf16() else \
+        "AVX2 int8/int4 kernels" if getattr(module, "has_kernels", lambda: False)() else \
         "AVX2 packed linear, other kernels scalar" if getattr(module, "has_packed", lambda: False)() else \
         "AVX2 decode/verify items, prefill scalar" if getattr(module, "has_avx2", lambda: False)() else "scalar kernels"
     return f"native {kernel}: {Path(module.__file__).parent.name} build ({kind})"

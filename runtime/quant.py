@@ -9,8 +9,8 @@ proposal distribution, including one that is zero on most of the vocabulary).
     int4   asymmetric 4-bit in groups of INT4_GROUP input columns (0.5 byte per weight + a bf16
            scale and zero per group) for the decoder layers; the head stays int8 (HEAD_KIND)
 
-On a CPU with avx512_vnni both run runtime/csrc/quant_cpu.cpp (activations quantized to int8 per
-32 columns on the fly, int8 dot products; at the memory floor for one row); elsewhere torch's
+On a CPU with avx512_vnni or AVX2 both run runtime/csrc/quant_cpu.cpp (activations quantized to
+int8 per 32 columns on the fly, exact int8 dot products; at the memory floor for one row); elsewhere torch's
 kernels aten._weight_int8pack_mm (CPU/CUDA) and aten._weight_int4pack_mm_for_cpu, activations in
 the model's dtype. The lower levels only propose, so the activation rounding cannot change the
 output; tests/test_quant_kernels.py bounds it.
@@ -39,10 +39,10 @@ NATIVE_DTYPES = (torch.bfloat16, torch.float32)   # activations the native kerne
 
 @functools.cache
 def _native_kernels():
-    """runtime/csrc/quant_cpu.cpp when it built with its avx512_vnni kernels, else None (cached:
-    forward asks on every call)."""
+    """runtime/csrc/quant_cpu.cpp when it built with its vector kernels (avx512_vnni, or AVX2), else
+    None (cached: forward asks on every call)."""
     module = native.quant_cpu()
-    return module if module is not None and module.has_avx512_vnni() else None
+    return module if module is not None and module.has_kernels() else None
 
 
 def native_kernels_run(model: nn.Module) -> bool:
@@ -134,7 +134,7 @@ class _QuantLinear(nn.Module):
 
     Two layouts, chosen once at construction (never both: weight_bytes counts what one pass reads):
     `native` (runtime/csrc/quant_cpu.cpp's packed blocks) on a CPU where that module built with
-    avx512_vnni, else torch's (its weight-only kernels, CPU or CUDA). The native kernels run every
+    avx512_vnni or AVX2, else torch's (its weight-only kernels, CPU or CUDA). The native kernels run every
     call, however many rows: measured (python -m triforce.runtime.bench.kernels quant) they beat torch's
     kernels 1.4-2x at N = 1..16 and 2-2.4x at N = 64 and 256 (prefill chunks), and a prefill row
     then equals the decode row bitwise. Neither path has a backward (torch's kernels have none)."""

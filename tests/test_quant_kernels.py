@@ -26,7 +26,7 @@ SHAPES = [(64, 32), (37, 100), (200, 576), (960, 576), (131, 608), (576, 1536), 
 def kernels():
     module = quant._native_kernels()
     if module is None:
-        pytest.skip("native quant_cpu not built with avx512_vnni here (torch's kernels run instead)")
+        pytest.skip("native quant_cpu built without vector kernels here (torch's kernels run instead)")
     return module
 
 

@@ -119,7 +119,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     from triforce.runtime.quant import Int4Linear, Int8Linear, _native_kernels
     torch.set_num_threads(threads)
     kernel = _native_kernels()
-    assert kernel is not None, "native quant_cpu did not build with avx512_vnni"
+    assert kernel is not None, "native quant_cpu did not build its vector kernels (avx512_vnni or AVX2)"
     shapes = [s for _ in range(SMOLLM2_LAYERS) for s in SMOLLM2_LINEARS] + [SMOLLM2_HEAD]
     weights = sum(o * k for o, k in shapes)
     bandwidth = read_bandwidth_gbs() * 1e9   # the floor column: packed bytes / this machine's bandwidth

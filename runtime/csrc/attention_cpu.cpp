@@ -1063,11 +1063,11 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 // The same items (b, kv head, chunk of keys) in three passes over the item's keys, all fp32:
 //   scores  S[r][n] = q_r . k_n * c for 8 keys at a time: the 8 keys' rows widened once into Kf,
 //           then per row 8 accumulators of 8 dims (one FMA per 8 dims and key) reduced by a fixed
-//           hadd tree into the 8 keys' lanes;
+//           hadd tree into the 8 keys' lanes (score_rows, 2 rows at a time);
 //   softmax per row: m = the item's max, p = 2^(S - m), l = the sum of p (8 lanes, then a fixed
 //           tree); keys a row may not see (bottom-right causality) are -inf, so p is exactly 0;
 //   P.V     the block's V rows widened once into Vf, then per row O[r][:] += p[r][n] V[n][:], keys
-//           in order, 64 dims (8 accumulators) at a time.
+//           in order (pv_rows: 3 rows x 32 dims at a time).
 // bf16 is widened by shift and mask (a 32-byte load is 8 pairs of dims: the even dims shifted up,
 // the odd masked), so Q, Kf, Vf and O hold each 16 dims as [8 even, 8 odd]; acc goes out in d
 // order. Each row's operations do not depend on R, r0 or the thread (keys a row cannot see add
@@ -1086,17 +1086,65 @@ inline __m256 exp2_avx2(__m256 x) {
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// 8 vectors -> one: lane j = the sum of a[j]'s lanes (a fixed tree).
-TF_INLINE __m256 sum8(const __m256 a[8]) {
-  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
 TF_INLINE float hsum(__m256 a) {
   __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   x = _mm_add_ps(x, _mm_movehl_ps(x, x));
   return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+}
+
+// Register tiles of the score and P.V passes. Each output element takes the same operations, in the
+// same order, whatever the tile it falls in (so the rows stay independent of R and r0):
+//   score_rows: nr rows x the 8 widened keys of Kf: per row and key an accumulator of 8 dims over D
+//     (one FMA per 8 dims), reduced by a fixed tree (4 keys at a time: two rounds of hadd, then
+//     the 128-bit halves added); nr rows share each key load (SR = 2: 8 accumulators, 2 query rows, 1 key in
+//     registers; with 3 rows GCC ran out of the 16 ymm and reloaded a query row for every FMA).
+//   pv_rows: nr rows x nv vectors of 8 dims from d0: o += p[j] * V[j] for the block's keys in order
+//     (PR = 3, nv = 4: 12 accumulators and 3 broadcasts, V as the FMAs' memory operand).
+// Against one row at a time (round 34), one layer at 8K keys, bf16, 2 threads, interleaved in one
+// process: T = 1 0.54 -> 0.44 ms, T = 8 3.22 -> 2.47, T = 16 6.61 -> 5.05; 32K T = 8 12.0 -> 8.8
+// (docs/bench/speed-zen3-r35); (SR, PR) = (2, 2) and (3, 3) were 4-12% slower. Bitwise the same outputs.
+constexpr int SR = 2, PR = 3;
+
+template <int nr>
+TF_INLINE void score_rows(const float* Q, int64_t D, const float* Kf, __m256 out[]) {
+  __m128 half[2][nr];
+  for (int kh = 0; kh < 2; ++kh) {
+    __m256 a[nr][4];
+    for (int i = 0; i < nr; ++i)
+      for (int j = 0; j < 4; ++j) a[i][j] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8) {
+      __m256 qv[nr];
+      for (int i = 0; i < nr; ++i) qv[i] = _mm256_loadu_ps(Q + i * D + d);
+      for (int j = 0; j < 4; ++j) {
+        const __m256 kv = _mm256_loadu_ps(Kf + (4 * kh + j) * D + d);
+        for (int i = 0; i < nr; ++i) a[i][j] = _mm256_fmadd_ps(qv[i], kv, a[i][j]);
+      }
+    }
+    for (int i = 0; i < nr; ++i) {
+      const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[i][0], a[i][1]), _mm256_hadd_ps(a[i][2], a[i][3]));
+      half[kh][i] = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+    }
+  }
+  for (int i = 0; i < nr; ++i) out[i] = _mm256_set_m128(half[1][i], half[0][i]);
+}
+
+template <int nr, int nv>
+TF_INLINE void pv_rows(const float* const prow[], float* const orow[], const float* Vf, int64_t nk, int64_t D,
+                       int64_t d0) {
+  __m256 o[nr][nv];
+  for (int i = 0; i < nr; ++i)
+    for (int v = 0; v < nv; ++v) o[i][v] = _mm256_loadu_ps(orow[i] + d0 + 8 * v);
+  for (int64_t j = 0; j < nk; ++j) {
+    __m256 p[nr];
+    for (int i = 0; i < nr; ++i) p[i] = _mm256_broadcast_ss(prow[i] + j);
+    const float* vr = Vf + j * D + d0;
+    for (int v = 0; v < nv; ++v) {
+      const __m256 vv = _mm256_loadu_ps(vr + 8 * v);
+      for (int i = 0; i < nr; ++i) o[i][v] = _mm256_fmadd_ps(p[i], vv, o[i][v]);
+    }
+  }
+  for (int i = 0; i < nr; ++i)
+    for (int v = 0; v < nv; ++v) _mm256_storeu_ps(orow[i] + d0 + 8 * v, o[i][v]);
 }
 
 // A row of D values as fp32 (D % 16 == 0): bf16 as [8 even dims, 8 odd dims] per 16, fp32 as is.
@@ -1139,18 +1187,19 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
         std::fill(Kf + j * D, Kf + (j + 1) * D, 0.f);
       }
     }
-    for (int64_t r = 0; r < R; ++r) {
-      __m256 a[8];
-      for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
-      for (int64_t d = 0; d < D; d += 8) {
-        const __m256 qv = _mm256_loadu_ps(Q + r * D + d);
-        for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(Kf + j * D + d), a[j]);
+    for (int64_t r = 0; r < R; r += SR) {
+      const int nr = (int)std::min<int64_t>(SR, R - r);
+      __m256 s8[SR];
+      if (nr == SR) score_rows<SR>(Q + r * D, D, Kf, s8);
+      else if (nr == 2) score_rows<2>(Q + r * D, D, Kf, s8);
+      else score_rows<1>(Q + r * D, D, Kf, s8);
+      for (int i = 0; i < nr; ++i) {
+        float* srow = Sc + (r + i) * LS + (n0 - c0);
+        _mm256_storeu_ps(srow, _mm256_mul_ps(s8[i], c));
+        const int64_t limit = sh.S - sh.T + (r0 + r + i) % sh.T;   // the last key row r + i may see
+        for (int64_t j = 0; j < 8; ++j)
+          if (j >= nk || n0 + j > limit) srow[j] = NEG_INF;
       }
-      float* srow = Sc + r * LS + (n0 - c0);
-      _mm256_storeu_ps(srow, _mm256_mul_ps(sum8(a), c));
-      const int64_t limit = sh.S - sh.T + (r0 + r) % sh.T;   // the last key row r may see
-      for (int64_t j = 0; j < 8; ++j)
-        if (j >= nk || n0 + j > limit) srow[j] = NEG_INF;
     }
   }
   // softmax: the item's max, p = 2^(s - m) in place, l
@@ -1174,6 +1223,10 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
   }
   // P.V, a block of NB2 keys at a time
   std::fill(O, O + R * D, 0.f);
+  thread_local std::vector<int64_t> live;
+  live.clear();
+  for (int64_t r = 0; r < R; ++r)
+    if (m[r] != NEG_INF) live.push_back(r);
   for (int64_t n0 = c0; n0 < c1; n0 += NB2) {
     const int64_t nk = std::min<int64_t>(NB2, c1 - n0);
     for (int64_t j = 0; j < nk; ++j) {
@@ -1181,19 +1234,16 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
       _mm_prefetch(reinterpret_cast<const char*>(v + (n0 + j + 64) * sh.vss + D) - 1, _MM_HINT_T0);
       widen(v + (n0 + j) * sh.vss, Vf + j * D, D);
     }
-    for (int64_t r = 0; r < R; ++r) {
-      if (m[r] == NEG_INF) continue;
-      const float* prow = Sc + r * LS + (n0 - c0);
-      for (int64_t d0 = 0; d0 < D; d0 += 64) {
-        const int64_t nd = std::min<int64_t>(64, D - d0) / 8;   // 2, 4, 6 or 8 vectors
-        __m256 o[8];
-        for (int64_t i = 0; i < nd; ++i) o[i] = _mm256_loadu_ps(O + r * D + d0 + 8 * i);
-        for (int64_t j = 0; j < nk; ++j) {
-          const __m256 pv = _mm256_broadcast_ss(prow + j);
-          const float* vr = Vf + j * D + d0;
-          for (int64_t i = 0; i < nd; ++i) o[i] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * i), o[i]);
-        }
-        for (int64_t i = 0; i < nd; ++i) _mm256_storeu_ps(O + r * D + d0 + 8 * i, o[i]);
+    for (size_t i0 = 0; i0 < live.size(); i0 += PR) {   // the rows that see a key here, PR at a time
+      const int nr = (int)std::min<size_t>(PR, live.size() - i0);
+      const float* prow[PR];
+      float* orow[PR];
+      for (int i = 0; i < nr; ++i) prow[i] = Sc + live[i0 + i] * LS + (n0 - c0), orow[i] = O + live[i0 + i] * D;
+      for (int64_t d0 = 0; d0 < D; d0 += 32) {
+        const bool whole = D - d0 >= 32;   // 4 vectors, else 2 (D % 16 == 0)
+        if (nr == PR) whole ? pv_rows<PR, 4>(prow, orow, Vf, nk, D, d0) : pv_rows<PR, 2>(prow, orow, Vf, nk, D, d0);
+        else if (nr == 2) whole ? pv_rows<2, 4>(prow, orow, Vf, nk, D, d0) : pv_rows<2, 2>(prow, orow, Vf, nk, D, d0);
+        else whole ? pv_rows<1, 4>(prow, orow, Vf, nk, D, d0) : pv_rows<1, 2>(prow, orow, Vf, nk, D, d0);
       }
     }
   }

@@ -85,8 +85,10 @@ inline void prefetch_weights(const uint8_t* p) {
 #endif
 
 bool has_avx512_vnni() { return TF_VNNI != 0; }
+// Whether this build has vector kernels: avx512_vnni, or (TF_AVX2) the same arithmetic on AVX2.
+bool has_kernels() { return TF_VNNI || TF_AVX2; }
 
-#if TF_VNNI
+#if TF_VNNI || TF_AVX2
 // x rows quantized per group: xq [N, G*32] int8 (zero past K), and per row and group the scale sx,
 // xqsum = sum(xq) (for the weights' offset) and xsum = sum(x) in fp32 (int4's zero term).
 struct QuantRows {
@@ -95,7 +97,9 @@ struct QuantRows {
   std::vector<int32_t> xqsum;
   int64_t G = 0;
 };
+#endif
 
+#if TF_VNNI
 template <typename T> inline __m512 load16(const T* p, __mmask16 m);
 template <> inline __m512 load16<float>(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 template <> inline __m512 load16<at::BFloat16>(const at::BFloat16* p, __mmask16 m) {
@@ -232,12 +236,193 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
 }
 #endif
 
+
+#if TF_AVX2
+// The AVX2 twin of the kernels above (Zen 2/3, Intel client CPUs): the same packed layout, the
+// same activation quantization and the same exact integer sums, from vpmaddubsw (u8 x s8, pairs
+// added into int16 with saturation) and vpmaddwd (int16 pairs into int32). A 32-byte half of a
+// 64-byte weight vector holds 8 of the block's 16 rows, one ymm of int32 sums.
+//   int8: stored q + 128 times x could saturate an int16 pair (2 * 255 * 127), so the pair is
+//         |x| (u8) times q with x's sign (s8): at most 2 * 127 * 128, exact; no offset to take off.
+//   int4: nibbles (q + 8, 0..15) times x: a pair at most 2 * 15 * 127, and the 8 products of a
+//         group (its 32 columns) sum to at most 30,480 in int16, exact; one vpmaddwd a group,
+//         the offset taken off as the VNNI path does.
+constexpr int NR2 = 2;   // x rows per tile: 2 x 2 int32 sums + 2 x 2 fp32 accumulators + operands in 16 ymm
+
+inline void prefetch_weights(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
+
+inline __m256 bf16x8(const void* p) {   // 8 bf16 -> fp32
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+
+template <typename T> inline void load32(const T* p, int64_t left, __m256 v[4]) {   // 32 columns as fp32, 0 past left
+  if (left >= GROUP) {
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, float>) v[i] = _mm256_loadu_ps(p + 8 * i);
+      else v[i] = bf16x8(p + 8 * i);
+    }
+    return;
+  }
+  alignas(32) float buf[GROUP];
+  for (int c = 0; c < GROUP; ++c) buf[c] = c < left ? static_cast<float>(p[c]) : 0.f;
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_load_ps(buf + 8 * i);
+}
+
+inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline float hsum8(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+}
+inline int32_t hsum8i(__m256i v) {
+  __m128i m = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
+template <typename T>
+void quantize_rows(const T* x, int64_t ldx, int64_t N, int64_t K, QuantRows& q) {
+  const int64_t G = (K + GROUP - 1) / GROUP;
+  q.G = G;
+  q.xq.assign(N * G * GROUP, 0);
+  q.sx.resize(N * G); q.xsum.resize(N * G); q.xqsum.resize(N * G);
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);   // undo the packs' 128-bit lanes
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t k = g * GROUP;
+      __m256 v[4];
+      load32(x + n * ldx + k, K - k, v);
+      const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                     _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+      const float amax = hmax8(m);
+      const float d = amax / 127.f, id = amax > 0.f ? 127.f / amax : 0.f;
+      __m256i qi[4];
+      for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));  // nearest even
+      const __m256i w16 = _mm256_packs_epi32(qi[0], qi[1]), w16b = _mm256_packs_epi32(qi[2], qi[3]);
+      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16, w16b), order);
+      _mm256_storeu_si256((__m256i*)(q.xq.data() + (n * G + g) * GROUP), bytes);
+      q.sx[n * G + g] = d;
+      q.xsum[n * G + g] = hsum8(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+      q.xqsum[n * G + g] = hsum8i(_mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3])));
+    }
+}
+
+inline __m256i bcast4(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm256_set1_epi32(v); }
+
+// acc[n][h] (rows 8h .. 8h + 7 of the block) = sum over groups of those rows' weights . x row n0 + n.
+// One pass over the block's groups takes both halves of each 64-byte vector, so the weight stream
+// and the products overlap (two passes, one per half, ran a 1-row head at 8 GB/s on one core).
+template <int nr, bool kInt4>
+inline void tile(const uint8_t* wb, const QuantRows& q, int64_t n0, __m256 acc[NR2][2]) {
+  const int64_t G = q.G;
+  for (int n = 0; n < nr; ++n) acc[n][0] = acc[n][1] = _mm256_setzero_ps();
+  const __m256i low = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+  const int8_t* xq = q.xq.data() + n0 * G * GROUP;    // row n, group g at xq + (n * G + g) * GROUP
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t row0 = n0 * G + g;
+    const int8_t* xg = xq + g * GROUP;
+    {
+      constexpr int bytes = kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES;
+      const uint8_t* f = wb + (g + PREFETCH_GROUPS) * bytes;
+      for (int i = 0; i < bytes; i += 64) prefetch_weights(f + i);
+    }
+    if constexpr (kInt4) {
+      const uint8_t* p = wb + g * INT4_GROUP_BYTES;
+      __m256i sum16[nr][2];
+      for (int n = 0; n < nr; ++n) sum16[n][0] = sum16[n][1] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {   // chunk c: quad c in the low nibbles, quad c + 4 in the high
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_load_si256((const __m256i*)(p + 64 * c + 32 * h));
+          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+          for (int n = 0; n < nr; ++n) {
+            const int8_t* xn = xg + n * G * GROUP;
+            sum16[n][h] = _mm256_add_epi16(sum16[n][h], _mm256_maddubs_epi16(lo, bcast4(xn + 4 * c)));
+            sum16[n][h] = _mm256_add_epi16(sum16[n][h], _mm256_maddubs_epi16(hi, bcast4(xn + 4 * (c + 4))));
+          }
+        }
+      }
+      for (int h = 0; h < 2; ++h) {
+        const __m256 s = bf16x8(p + 256 + 16 * h), z = bf16x8(p + 288 + 16 * h);
+        for (int n = 0; n < nr; ++n) {
+          const int64_t row = row0 + n * G;
+          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(sum16[n][h], ones), _mm256_set1_epi32(-8 * q.xqsum[row]));
+          acc[n][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(s, _mm256_set1_ps(q.sx[row])), acc[n][h]);
+          acc[n][h] = _mm256_fmadd_ps(z, _mm256_set1_ps(q.xsum[row]), acc[n][h]);
+        }
+      }
+    } else {
+      const uint8_t* p = wb + g * INT8_GROUP_BYTES;
+      __m256i dot[nr][2];
+      for (int n = 0; n < nr; ++n) dot[n][0] = dot[n][1] = _mm256_setzero_si256();
+      for (int t = 0; t < 8; ++t) {
+        __m256i xb[nr], xa[nr];
+        for (int n = 0; n < nr; ++n) xb[n] = bcast4(xg + n * G * GROUP + 4 * t), xa[n] = _mm256_abs_epi8(xb[n]);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i w = _mm256_xor_si256(_mm256_load_si256((const __m256i*)(p + 64 * t + 32 * h)), flip);  // q, s8
+          for (int n = 0; n < nr; ++n) {
+            const __m256i pairs = _mm256_maddubs_epi16(xa[n], _mm256_sign_epi8(w, xb[n]));
+            dot[n][h] = _mm256_add_epi32(dot[n][h], _mm256_madd_epi16(pairs, ones));
+          }
+        }
+      }
+      for (int n = 0; n < nr; ++n)
+        for (int h = 0; h < 2; ++h)
+          acc[n][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[n][h]), _mm256_set1_ps(q.sx[row0 + n * G]), acc[n][h]);
+    }
+  }
+}
+
+template <bool kInt4>
+inline void tile_any(int nr, const uint8_t* wb, const QuantRows& q, int64_t n0, __m256 acc[NR2][2]) {
+  if (nr == 2) tile<2, kInt4>(wb, q, n0, acc);
+  else tile<1, kInt4>(wb, q, n0, acc);
+}
+
+template <bool kInt4, typename T>
+void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, const float* scales,
+         const float* bias, T* yp, int64_t O) {
+  thread_local QuantRows q;       // the caller's thread quantizes x once; workers only read it
+  quantize_rows(xp, ldx, N, K, q);
+  const int64_t blocks = (O + BLOCK - 1) / BLOCK;
+  const int64_t block_bytes = q.G * (kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES);
+  const QuantRows& qr = q;
+  auto run_blocks = [&](int64_t begin, int64_t end) {
+    __m256 acc[NR2][2];
+    alignas(32) float out[BLOCK];
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t o0 = blk * BLOCK, rows = std::min<int64_t>(BLOCK, O - o0);
+      const uint8_t* wb = wp + blk * block_bytes;
+      float sc[BLOCK] = {}, bs[BLOCK] = {};
+      for (int j = 0; j < rows; ++j) sc[j] = kInt4 ? 1.f : scales[o0 + j], bs[j] = bias ? bias[o0 + j] : 0.f;
+      for (int64_t n0 = 0; n0 < N; n0 += NR2) {
+        const int nr = (int)std::min<int64_t>(NR2, N - n0);
+        tile_any<kInt4>(nr, wb, qr, n0, acc);
+        for (int n = 0; n < nr; ++n) {
+          for (int h = 0; h < 2; ++h) {
+            const __m256 scale = _mm256_loadu_ps(sc + 8 * h), b = _mm256_loadu_ps(bs + 8 * h);
+            _mm256_store_ps(out + 8 * h, kInt4 ? _mm256_add_ps(acc[n][h], b) : _mm256_fmadd_ps(acc[n][h], scale, b));
+          }
+          T* y = yp + (n0 + n) * O + o0;
+          for (int j = 0; j < rows; ++j) y[j] = static_cast<T>(out[j]);   // bf16: round to nearest even
+        }
+      }
+    }
+  };
+  for_runs((blocks + 1) / 2, 1, [&](int64_t u, int64_t) { run_blocks(2 * u, std::min(blocks, 2 * u + 2)); });
+}
+#endif
+
 // x [..., K] -> y [..., O]: the module's whole forward in one call (a few us of Python per call
 // add up over the ~120 linears of a pass).
 torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packed, const torch::Tensor* scales,
                            const c10::optional<torch::Tensor>& bias, int64_t O, bool int4) {
   const char* op = int4 ? "int4_linear" : "int8_linear";
-  TORCH_CHECK(has_avx512_vnni(), op, ": built without avx512_vnni/avx512_bf16 (callers check has_avx512_vnni())");
+  TORCH_CHECK(has_kernels(), op, ": built without avx512_vnni or AVX2 kernels (callers check has_kernels())");
   TORCH_CHECK(x_in.dim() >= 1, op, ": x [..., K] expected, got a scalar");
   TORCH_CHECK(x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat, op,
               ": x must be bf16 or fp32, got ", x_in.scalar_type());
@@ -261,7 +446,7 @@ torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packe
   }
   auto y = torch::empty(out_sizes, x.options());       // [..., O], written as [N, O]
   if (N == 0 || O == 0) return y;
-#if TF_VNNI
+#if TF_VNNI || TF_AVX2
   const auto* wp = packed.data_ptr<uint8_t>();
   const float* sp = scales ? scales->data_ptr<float>() : nullptr;
   const float* bp = b32.defined() ? b32.data_ptr<float>() : nullptr;
@@ -460,6 +645,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
   m.attr("int8_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int8_linear), "triforce.int8_linear");  // DecoderPlan
   m.attr("int4_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int4_linear), "triforce.int4_linear");
+  m.def("has_kernels", &has_kernels, "whether vector kernels (avx512_vnni, or AVX2) were compiled in");
   m.def("has_avx512_vnni", &has_avx512_vnni, "whether the avx512_vnni kernels were compiled in");
   m.def("has_avx512_bf16", &has_avx512_vnni, "same as has_avx512_vnni (the kernels need both; native build's report)");
 }
