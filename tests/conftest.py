@@ -1,11 +1,33 @@
 """Shared fixtures. Real assets are prepared once per machine (cached under $TRIFORCE_CACHE)."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    """An xdist worker (run.sh test: 2 of them) gets its share of the cores as torch threads, so the
+    two workers' passes do not contend for the same cores (tests that want more set it themselves)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
+# Modules whose tests start Ray clusters (in this process, `ray start`, or a job's private one).
+RAY_MODULES = {"test_ray", "test_ray_job", "test_ray_private", "test_batch"}
+
+
+def pytest_collection_modifyitems(items):
+    """With pytest-xdist's --dist loadgroup (run.sh test runs the suite on 2 workers): a module's
+    tests stay on one worker, so its module fixtures (engines, models) are built once, and the
+    modules that start Ray clusters share one group, so one cluster runs at a time."""
+    for item in items:
+        module = item.path.stem
+        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
 
 
 @pytest.fixture(autouse=True)

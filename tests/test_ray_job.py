@@ -40,13 +40,16 @@ def head():
     """A one-node cluster; terminating `ray start --block` stops exactly the processes it started
     (never `ray stop`, which would stop every Ray cluster of this user on the machine)."""
     pytest.importorskip("ray")
-    gcs, dashboard = free_port(), free_port()
+    gcs, dashboard, agent = free_port(), free_port(), free_port()
     token = secrets.token_hex(32)   # Ray's token authentication: this cluster's own secret
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     temp = tempfile.mkdtemp(prefix="tfray", dir="/tmp")   # short: Ray's socket paths must fit 107 bytes
     proc = subprocess.Popen(
         [ray_cli(), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
          "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--num-cpus", "4",
+         # the job agent's HTTP port (default 52365) taken by another cluster on this machine would
+         # leave the job server with "No available agent to submit job" (seen beside test_ray.py's)
+         "--dashboard-agent-listen-port", str(agent),
          "--temp-dir", temp],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     address = f"http://127.0.0.1:{dashboard}"
