@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from triforce.runtime.decode import pass_timed, timed
+from triforce.runtime.lookup import MAX_TOKENS as MAX_COPY
 
 GAMMA_CAPS = (4, 12)        # largest γ1 (drafter -> middle) and γ2 (-> target) auto considers
 PRIOR_ACCEPTANCE = 0.6      # acceptance assumed before a level has verified anything
@@ -122,6 +123,15 @@ def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int,
     if memo is not None:
         memo[key] = expected
     return expected[n]
+
+
+def copy_length(cost: PassCost, alpha: float, most: int) -> int:
+    """How many tokens the top level should take from a context-lookup copy (lookup.py): the n in
+    1..most with the most expected tokens per second, expected_tokens(α, n) / cost(n + 1), α being
+    a copied token's chance to pass. Where a wider pass costs little (a GPU, AVX-512 BF16) that is
+    `most` unless copies are rarely right; where each token adds much (an AVX2 CPU: 13 tokens cost
+    4.9x one at 7K) a short copy."""
+    return max(range(1, most + 1), key=lambda n: (expected_tokens(alpha, n) / cost(n + 1), -n))
 
 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
@@ -224,6 +234,7 @@ class GammaTuner:
     predicted: float = 0.0                    # seconds per token of the current choice
     chosen: Counter = field(default_factory=Counter)
     choices: dict = field(default_factory=dict)   # rounded acceptances -> (γs, seconds per token)
+    copy_caps: dict = field(default_factory=dict) # rounded copy acceptance -> the top level's longest copy
     idle: list = field(init=False)                # per proposer: rounds since its drafted count last grew
     seen: list = field(init=False)                # per proposer: its drafted count at the last round
     probed: list = field(init=False)              # the start-up probe's costs
@@ -240,7 +251,7 @@ class GammaTuner:
         costs = [corrected(probed, lv.times.recent) if timed_on_host(lv) else probed
                  for probed, lv in zip(self.probed, self.stack)]
         if costs != self.costs:
-            self.costs, self.choices = costs, {}
+            self.costs, self.choices, self.copy_caps = costs, {}, {}
 
     @classmethod
     def start(cls, stack, caps: tuple[int, ...], new_tokens: int, known: list[PassCost] | None = None) -> "GammaTuner":
@@ -287,6 +298,16 @@ class GammaTuner:
         self.gammas, self.predicted = self.choices[key]
         return self.gammas
 
+    def copy_cap(self) -> int:
+        """The top level's longest copy (SpecDecoder.copy_cap) for its copies' acceptance so far."""
+        top = self.stack[-1].stats
+        tested = top.copied_accepted + top.copy_rejections
+        alpha = (top.copied_accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (tested + PRIOR_WEIGHT)
+        alpha = round(alpha / ALPHA_STEP) * ALPHA_STEP
+        if alpha not in self.copy_caps:
+            self.copy_caps[alpha] = copy_length(self.costs[-1], alpha, MAX_COPY)
+        return self.copy_caps[alpha]
+
     def __call__(self, decoder) -> None:
         self.chosen[self.gammas] += 1
         drafted = [lv.stats.drafted for lv in self.stack[1:]]
@@ -296,6 +317,7 @@ class GammaTuner:
         if self.rounds % REFRESH_ROUNDS == 0:
             self.refresh()
         decoder.gammas = list(self.pick())
+        decoder.copy_cap = self.copy_cap()
 
     def stats(self) -> dict:
         names = [lv.name for lv in self.stack]
@@ -311,6 +333,7 @@ class GammaTuner:
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
+            copy_cap=self.copy_cap(),
             reason=reason)}
 
 

@@ -24,7 +24,7 @@ from triforce.runtime.accept import accept
 from triforce.runtime.cache import KVCache
 from triforce.runtime.decode import pass_timed
 from triforce.runtime.graphs import GraphedForward
-from triforce.runtime.lookup import NGRAM, TARGET_MATCH, ContextLookup
+from triforce.runtime.lookup import MAX_TOKENS, NGRAM, TARGET_MATCH, ContextLookup
 from triforce.runtime.model import Transformer
 from triforce.runtime.quant import weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
@@ -40,6 +40,7 @@ class LevelStats:
     rejections: int = 0      # rounds that ended at a rejected token (the others accepted all they were offered)
     copied: int = 0          # tokens proposed to this level by context lookup (lookup.py), not counted in drafted
     copied_accepted: int = 0 # of those, accepted
+    copy_rejections: int = 0 # copy rounds that ended at a rejected copied token
     rebuilds: int = 0        # retrieval cache rebuilds (middle level only)
     moved_bytes: int = 0     # bytes copied between the host tier and the device during its passes
 
@@ -155,6 +156,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
     if copied:
         top.stats.copied += k
         top.stats.copied_accepted += num
+        top.stats.copy_rejections += num < k
     else:
         top.stats.drafted += k
         top.stats.accepted += num
@@ -185,12 +187,14 @@ class SpecDecoder:
     generator: torch.Generator
     on_round: object = None             # called after each step (e.g. the retrieval rebuild policy)
     lookup: ContextLookup | None = None # context lookup's index of seq (lookup.py); None: off
+    copy_cap: int = MAX_TOKENS          # tokens the top level takes from one copy at most (--gamma auto sets it)
 
     def step(self, budget: int) -> list[int]:
         k = 0 if len(self.stack) == 1 else min(self.gammas[-1], budget - 1)
         if self.lookup is not None:
             self.lookup.extend(self.seq)
-        new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator, self.lookup, budget - 1)
+        new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator, self.lookup,
+                              min(budget - 1, self.copy_cap))
         self.seq += new
         for level in self.stack:
             level.commit(self.seq)

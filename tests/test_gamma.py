@@ -8,7 +8,7 @@ import torch
 
 from triforce.runtime import gamma
 from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
-                                    choose, corrected, expected_tokens, load_costs, non_decreasing, per_token_acceptance,
+                                    choose, copy_length, corrected, expected_tokens, load_costs, non_decreasing, per_token_acceptance,
                                     probe_lengths, probe_pass_costs, save_costs, seconds_per_token)
 from triforce.runtime.speculate import LevelStats, PassTimes
 
@@ -48,7 +48,7 @@ def test_choose_speculates_deeply_when_verification_is_free_and_not_at_all_when_
 
 def level(drafted=0, accepted=0):
     """A level whose stats count every untested token as a rejection: its alpha is accepted / drafted."""
-    return SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
+    return SimpleNamespace(stats=LevelStats(drafted=drafted, accepted=accepted, rejections=drafted - accepted))
 
 
 def test_tuner_explores_a_level_without_distorting_the_levels_above():
@@ -77,6 +77,32 @@ def test_tuner_explores_a_level_without_distorting_the_levels_above():
     dear = PassCost(((1, 0.010), (13, 0.130)))
     tuner = GammaTuner([level(), level(), level()], [costs[0], PassCost(((1, 0.009),)), dear], caps=(4, 12))
     assert choose(tuner.costs, tuner.alphas(), [range(0, 5), range(0, 13)])[0][1] == 0 and tuner.pick()[1] == 1
+
+
+def test_copy_length_follows_what_a_wider_pass_costs():
+    """A copy's length maximizes expected tokens per second: where each token adds much to a pass
+    (an AVX2 CPU's target at 7K: 35 ms for 1 token, 171 for 13) copies are short and grow with
+    their acceptance; where a wider pass costs little they run to the longest allowed."""
+    steep, flat = PassCost(((1, 0.035), (13, 0.171))), PassCost(((1, 0.020), (13, 0.0205)))
+    lengths = [copy_length(steep, a, 16) for a in (0.3, 0.55, 0.8, 0.9, 0.95)]
+    assert lengths == sorted(lengths) and lengths[0] == 1 and lengths[-1] < 16
+    for n in range(1, 17):   # the chosen length is the best one
+        assert expected_tokens(0.8, n) / steep(n + 1) <= expected_tokens(0.8, lengths[2]) / steep(lengths[2] + 1)
+    assert copy_length(flat, 0.8, 16) == 16 and copy_length(flat, 0.8, 5) == 5
+
+
+def test_tuner_caps_the_targets_copies_from_their_acceptance():
+    """The decoder's copy_cap follows the top level's copies: copies that keep failing shorten them."""
+    costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.035), (13, 0.171)))]
+    tuner = GammaTuner([level(), level(drafted=30, accepted=20), level(drafted=40, accepted=36)], costs, caps=(4, 12))
+    decoder = SimpleNamespace(gammas=list(tuner.pick()), copy_cap=16)
+    top = tuner.stack[-1].stats
+    top.copied, top.copied_accepted, top.copy_rejections = 100, 95, 1      # copies nearly always right
+    tuner(decoder)
+    long = decoder.copy_cap
+    top.copied, top.copied_accepted, top.copy_rejections = 200, 100, 60   # then mostly wrong
+    tuner(decoder)
+    assert long >= 6 and 1 <= decoder.copy_cap < long and tuner.copy_cap() == decoder.copy_cap
 
 
 def test_tuner_reprobes_a_level_it_switched_off():
@@ -206,7 +232,7 @@ def test_tuner_rescales_the_probe_by_the_passes_it_sees():
     the run's own passes show the middle level ten times cheaper (after REFRESH_ROUNDS rounds) it
     drafts with it, says so in its reason, and keeps both figures in stats."""
     def timed_level(name, drafted, accepted, seconds):
-        lv = SimpleNamespace(stats=SimpleNamespace(drafted=drafted, accepted=accepted, rejections=drafted - accepted),
+        lv = SimpleNamespace(stats=LevelStats(drafted=drafted, accepted=accepted, rejections=drafted - accepted),
                              times=PassTimes(), model=SimpleNamespace(device=torch.device("cpu")), name=name)
         for _ in range(SEEN_PASSES):
             lv.times.add(*seconds)

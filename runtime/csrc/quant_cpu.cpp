@@ -97,6 +97,22 @@ struct QuantRows {
   std::vector<int32_t> xqsum;
   int64_t G = 0;
 };
+
+template <typename T>
+void quantize_rows(const T* x, int64_t ldx, int64_t N, int64_t K, QuantRows& q);   // one per path below
+
+// The caller's thread quantizes x once (workers only read it); then f(q, block_bytes, begin, end)
+// runs the blocks [begin, end) of 16 output rows, in units of 2 blocks, each thread a contiguous
+// run of them (it streams its own slab of the packed weights), then stealing (Runs).
+template <bool kInt4, typename T, typename F>
+void over_quantized_blocks(const T* xp, int64_t ldx, int64_t N, int64_t K, int64_t O, F&& f) {
+  thread_local QuantRows q;
+  quantize_rows(xp, ldx, N, K, q);
+  const int64_t blocks = (O + BLOCK - 1) / BLOCK;
+  const int64_t block_bytes = q.G * (kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES);
+  const QuantRows& qr = q;
+  for_runs((blocks + 1) / 2, 1, [&](int64_t u, int64_t) { f(qr, block_bytes, 2 * u, std::min(blocks, 2 * u + 2)); });
+}
 #endif
 
 #if TF_VNNI
@@ -211,12 +227,7 @@ template <> inline void store16<at::BFloat16>(at::BFloat16* p, __m512 v, __mmask
 template <bool kInt4, typename T>
 void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, const float* scales,
          const float* bias, T* yp, int64_t O) {
-  thread_local QuantRows q;       // the caller's thread quantizes x once; workers only read it
-  quantize_rows(xp, ldx, N, K, q);
-  const int64_t blocks = (O + BLOCK - 1) / BLOCK;
-  const int64_t block_bytes = q.G * (kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES);
-  const QuantRows& qr = q;
-  auto run_blocks = [&](int64_t begin, int64_t end) {
+  over_quantized_blocks<kInt4>(xp, ldx, N, K, O, [&](const QuantRows& qr, int64_t block_bytes, int64_t begin, int64_t end) {
     __m512 acc[NR];
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t o0 = blk * BLOCK, rows = std::min<int64_t>(BLOCK, O - o0);
@@ -231,8 +242,7 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
           store16(yp + (n0 + n) * O + o0, kInt4 ? _mm512_add_ps(acc[n], b) : _mm512_fmadd_ps(acc[n], scale, b), mask);
       }
     }
-  };
-  for_runs((blocks + 1) / 2, 1, [&](int64_t u, int64_t) { run_blocks(2 * u, std::min(blocks, 2 * u + 2)); });
+  });
 }
 #endif
 
@@ -386,12 +396,7 @@ inline void tile_any(int nr, const uint8_t* wb, const QuantRows& q, int64_t n0, 
 template <bool kInt4, typename T>
 void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, const float* scales,
          const float* bias, T* yp, int64_t O) {
-  thread_local QuantRows q;       // the caller's thread quantizes x once; workers only read it
-  quantize_rows(xp, ldx, N, K, q);
-  const int64_t blocks = (O + BLOCK - 1) / BLOCK;
-  const int64_t block_bytes = q.G * (kInt4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES);
-  const QuantRows& qr = q;
-  auto run_blocks = [&](int64_t begin, int64_t end) {
+  over_quantized_blocks<kInt4>(xp, ldx, N, K, O, [&](const QuantRows& qr, int64_t block_bytes, int64_t begin, int64_t end) {
     __m256 acc[NR2][2];
     alignas(32) float out[BLOCK];
     for (int64_t blk = begin; blk < end; ++blk) {
@@ -412,8 +417,7 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
         }
       }
     }
-  };
-  for_runs((blocks + 1) / 2, 1, [&](int64_t u, int64_t) { run_blocks(2 * u, std::min(blocks, 2 * u + 2)); });
+  });
 }
 #endif
 
