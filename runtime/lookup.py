@@ -13,6 +13,8 @@ the verifier's (accept.py: any q works). A miss costs the verifier one pass that
 the full target trusts a match only from TARGET_MATCH tokens (the levels below, whose
 passes are cheap, from NGRAM), and copies at most as many tokens as
 matched: a sequence that has repeated itself for L tokens tends to go on, a 3-token echo rarely.
+Under --gamma auto the full target also takes no more than pays for its wider pass
+(gamma.copy_length, SpecDecoder.copy_cap).
 """
 from __future__ import annotations
 
