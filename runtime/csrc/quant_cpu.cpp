@@ -96,6 +96,12 @@ struct QuantRows {
   std::vector<float> sx, xsum;
   std::vector<int32_t> xqsum;
   int64_t G = 0;
+  int64_t reset(int64_t N, int64_t K) {   // sized for N rows of K columns, xq zeroed; returns G
+    G = (K + GROUP - 1) / GROUP;
+    xq.assign(N * G * GROUP, 0);
+    sx.resize(N * G), xsum.resize(N * G), xqsum.resize(N * G);
+    return G;
+  }
 };
 
 template <typename T>
@@ -125,10 +131,7 @@ template <> inline __m512 load16<at::BFloat16>(const at::BFloat16* p, __mmask16 
 
 template <typename T>
 void quantize_rows(const T* x, int64_t ldx, int64_t N, int64_t K, QuantRows& q) {
-  const int64_t G = (K + GROUP - 1) / GROUP;
-  q.G = G;
-  q.xq.assign(N * G * GROUP, 0);
-  q.sx.resize(N * G); q.xsum.resize(N * G); q.xqsum.resize(N * G);
+  const int64_t G = q.reset(N, K);
   const __m512 sign = _mm512_set1_ps(-0.f);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t g = 0; g < G; ++g) {
@@ -296,10 +299,7 @@ inline int32_t hsum8i(__m256i v) {
 
 template <typename T>
 void quantize_rows(const T* x, int64_t ldx, int64_t N, int64_t K, QuantRows& q) {
-  const int64_t G = (K + GROUP - 1) / GROUP;
-  q.G = G;
-  q.xq.assign(N * G * GROUP, 0);
-  q.sx.resize(N * G); q.xsum.resize(N * G); q.xqsum.resize(N * G);
+  const int64_t G = q.reset(N, K);
   const __m256 sign = _mm256_set1_ps(-0.f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);   // undo the packs' 128-bit lanes
   for (int64_t n = 0; n < N; ++n)
