@@ -308,6 +308,7 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
         assert sum(g["rounds_per_choice"].values()) >= 1 and "predicted" in g["reason"]
         assert set(g["pass_ms"]) == set(result.stats["levels"]) and g["pass_ms"]["target"]["1"] > 0
         assert not g["probe_reused"] and g["probe_s"] > 0, mode               # each mode's first request probes
+        assert 1 <= g["copy_cap"] <= 16 and result.stats["levels"]["target"]["copy_rejections"] >= 0, mode
     assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", gamma="fixed", **base)).stats
     assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", temperature=0.6, **base)).stats  # sampled: fixed
     unset = engine.generate(ids, RunConfig(mode="triforce", **base))                # greedy, gamma unset: auto
