@@ -73,8 +73,17 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 def per_token_acceptance(stats) -> float:
     """Estimated chance that one offered token is accepted (GammaTuner.alphas), smoothed by a prior
     of PRIOR_WEIGHT tested tokens at PRIOR_ACCEPTANCE."""
-    tested = stats.accepted + stats.rejections
-    return (stats.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (tested + PRIOR_WEIGHT)
+    return smoothed_acceptance(stats.accepted, stats.rejections)
+
+
+def smoothed_acceptance(accepted: int, rejections: int) -> float:
+    """accepted / tested (a round tests tokens until its first rejection), with the prior's weight."""
+    return (accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (accepted + rejections + PRIOR_WEIGHT)
+
+
+def rounded(alpha: float) -> float:
+    """An acceptance rounded to ALPHA_STEP: what a memoized choice is keyed by."""
+    return round(alpha / ALPHA_STEP) * ALPHA_STEP
 
 
 @dataclass(frozen=True)
@@ -281,7 +290,7 @@ class GammaTuner:
         REPROBE_ROUNDS rounds, proposes at least 1 in rounds that consult it (the drafter only when
         γ2 >= 2). Forcing γ1 >= 1 inside the optimum instead made the tuner shun every γ2 >= 2
         while a poor drafter explored."""
-        alphas = tuple(round(a / ALPHA_STEP) * ALPHA_STEP for a in self.alphas())
+        alphas = tuple(rounded(a) for a in self.alphas())
         exploring = tuple(lv.stats.drafted < EXPLORE_TOKENS or rounds >= REPROBE_ROUNDS
                           for lv, rounds in zip(self.stack[1:], self.idle))
         key = (alphas, exploring)
@@ -301,9 +310,7 @@ class GammaTuner:
     def copy_cap(self) -> int:
         """The top level's longest copy (SpecDecoder.copy_cap) for its copies' acceptance so far."""
         top = self.stack[-1].stats
-        tested = top.copied_accepted + top.copy_rejections
-        alpha = (top.copied_accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (tested + PRIOR_WEIGHT)
-        alpha = round(alpha / ALPHA_STEP) * ALPHA_STEP
+        alpha = rounded(smoothed_acceptance(top.copied_accepted, top.copy_rejections))
         if alpha not in self.copy_caps:
             self.copy_caps[alpha] = copy_length(self.costs[-1], alpha, MAX_COPY)
         return self.copy_caps[alpha]

@@ -1086,12 +1086,6 @@ inline __m256 exp2_avx2(__m256 x) {
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-TF_INLINE float hsum(__m256 a) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  return _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
-}
-
 // Register tiles of the score and P.V passes. Each output element takes the same operations, in the
 // same order, whatever the tile it falls in (so the rows stay independent of R and r0):
 //   score_rows: nr rows x the 8 widened keys of Kf: per row and key an accumulator of 8 dims over D
@@ -1208,9 +1202,7 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
     float* srow = Sc + r * LS;
     __m256 mx = _mm256_set1_ps(NEG_INF);
     for (int64_t i = 0; i < NV; ++i) mx = _mm256_max_ps(mx, _mm256_loadu_ps(srow + 8 * i));
-    __m128 x = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
-    m[r] = _mm_cvtss_f32(_mm_max_ss(x, _mm_movehdup_ps(x)));
+    m[r] = hmax8(mx);
     if (m[r] == NEG_INF) { l[r] = 0.f; continue; }   // the row sees none of these keys
     const __m256 mv = _mm256_set1_ps(m[r]);
     __m256 sum = _mm256_setzero_ps();
@@ -1219,7 +1211,7 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
       _mm256_storeu_ps(srow + 8 * i, p);
       sum = _mm256_add_ps(sum, p);
     }
-    l[r] = hsum(sum);
+    l[r] = hsum8(sum);
   }
   // P.V, a block of NB2 keys at a time
   std::fill(O, O + R * D, 0.f);

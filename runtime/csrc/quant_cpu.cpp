@@ -39,8 +39,8 @@
 //
 // Cost: bytes = packed weights (O*K int8 or 0.625*O*K int4) + small x/y; int MACs = N*O*K.
 // Pure-torch twin: runtime/quant.py (_QuantLinear.reference, quantize_rows_reference); the portable
-// build (or a CPU without avx512_vnni/avx512_bf16) has has_avx512_vnni() false and quant.py keeps
-// torch's layouts and kernels.
+// build (a CPU without AVX2, or a build without the flags) has has_kernels() false and quant.py
+// keeps torch's layouts and kernels.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -281,16 +281,6 @@ template <typename T> inline void load32(const T* p, int64_t left, __m256 v[4]) 
   for (int i = 0; i < 4; ++i) v[i] = _mm256_load_ps(buf + 8 * i);
 }
 
-inline float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-inline float hsum8(__m256 v) {
-  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-}
 inline int32_t hsum8i(__m256i v) {
   __m128i m = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_add_epi32(m, _mm_shuffle_epi32(m, 0x4E));

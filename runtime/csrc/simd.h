@@ -13,7 +13,9 @@
 #endif
 
 // TF_AVX2 is 1 where the build targets AVX2 and FMA but not the AVX-512 kernels (Zen 2/3, Intel
-// client CPUs): the packed linear then has a vector path (layer_cpu.cpp), the rest stays scalar.
+// client CPUs): the packed linear (layer_cpu.cpp), the decode/verify attention items
+// (attention_cpu.cpp) and the int8/int4 linears (quant_cpu.cpp) then have vector paths; the rest
+// (prefill attention, the glue ops, sampling) stays scalar.
 #if !TF_AVX512 && defined(__AVX2__) && defined(__FMA__)
 #define TF_AVX2 1
 #include <immintrin.h>
@@ -36,6 +38,17 @@
 TF_INLINE __m256 bf16_even(__m256i pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16)); }
 TF_INLINE __m256 bf16_odd(__m256i pairs) {
   return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// The max and the sum of 8 lanes, by a fixed tree (halves, then pairs, then the last two).
+TF_INLINE float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+TF_INLINE float hsum8(__m256 v) {
+  __m128 m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
 }
 #endif
 
