@@ -1060,18 +1060,25 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 
 #if TF_AVX2
 // ---- AVX2 + FMA (no AVX-512): decode and verify items -----------------------------------------
-// The same items (b, kv head, chunk of keys) in three passes over the item's keys, all fp32:
-//   scores  S[r][n] = q_r . k_n * c for 8 keys at a time: the 8 keys' rows widened once into Kf,
-//           then per row 8 accumulators of 8 dims (one FMA per 8 dims and key) reduced by a fixed
-//           hadd tree into the 8 keys' lanes (score_rows, 2 rows at a time);
-//   softmax per row: m = the item's max, p = 2^(S - m), l = the sum of p (8 lanes, then a fixed
-//           tree); keys a row may not see (bottom-right causality) are -inf, so p is exactly 0;
+// The same items (b, kv head, chunk of keys) in three passes over the item's keys, all fp32, with
+// the item's R query rows in the lanes of RV = ceil(R / 8) vectors (St [keys, LR = 8 RV]):
+//   scores  St[n][r] = q_r . k_n * c, one FMA chain over the dims per (row, key), in the widened
+//           order (below): 8 keys' rows widened once into Kf, then per dim the rows' vector of q
+//           times the key's value broadcast (score_tile: up to 3 row vectors x 4 keys, no
+//           reduction across lanes). Items of up to KEYS_ROWS rows (decode) put the keys in the
+//           lanes instead (score_keys: 8 keys transposed in registers, each row's q broadcast):
+//           the same chain, so the same bits;
+//   softmax per lane: m = the item's max, p = 2^(S - m), l = the sum of p in key order; keys a row
+//           may not see (bottom-right causality) are -inf, so p is exactly 0;
 //   P.V     the block's V rows widened once into Vf, then per row O[r][:] += p[r][n] V[n][:], keys
 //           in order (pv_rows: 3 rows x 32 dims at a time).
 // bf16 is widened by shift and mask (a 32-byte load is 8 pairs of dims: the even dims shifted up,
 // the odd masked), so Q, Kf, Vf and O hold each 16 dims as [8 even, 8 odd]; acc goes out in d
-// order. Each row's operations do not depend on R, r0 or the thread (keys a row cannot see add
-// exact zeros), so a verify pass gives bitwise the rows of the 1-token passes it replaces.
+// order. Each row's operations do not depend on R, r0, its lane or the thread (keys a row cannot
+// see add exact zeros), so a verify pass gives bitwise the rows of the 1-token passes it replaces.
+// Against round 35's kernel (dims in the lanes, a hadd tree per key), one layer, bf16, 2 threads,
+// interleaved in one process: 8K T = 1 0.39 -> 0.37 ms, T = 4 1.47 -> 1.24, T = 8 2.60 -> 1.75,
+// T = 16 4.95 -> 3.28; 32K T = 8 12.0 -> 8.3 (docs/bench/speed-zen3-r36).
 constexpr int NB2 = 64;   // keys per V block (Vf: 64 rows)
 
 // 2^x for x <= 0 (lanes below -126, -inf included, give 0): 2^round(x) * p(f) as exp2_ps (simd.h).
@@ -1086,54 +1093,101 @@ inline __m256 exp2_avx2(__m256 x) {
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-// Register tiles of the score and P.V passes. Each output element takes the same operations, in the
-// same order, whatever the tile it falls in (so the rows stay independent of R and r0):
-//   score_rows: nr rows x the 8 widened keys of Kf: per row and key an accumulator of 8 dims over D
-//     (one FMA per 8 dims), reduced by a fixed tree (4 keys at a time: two rounds of hadd, then
-//     the 128-bit halves added); nr rows share each key load (SR = 2: 8 accumulators, 2 query rows, 1 key in
-//     registers; with 3 rows GCC ran out of the 16 ymm and reloaded a query row for every FMA).
-//   pv_rows: nr rows x nv vectors of 8 dims from d0: o += p[j] * V[j] for the block's keys in order
-//     (PR = 3, nv = 4: 12 accumulators and 3 broadcasts, V as the FMAs' memory operand).
-// Against one row at a time (round 34), one layer at 8K keys, bf16, 2 threads, interleaved in one
-// process: T = 1 0.54 -> 0.44 ms, T = 8 3.22 -> 2.47, T = 16 6.61 -> 5.05; 32K T = 8 12.0 -> 8.8
-// (docs/bench/speed-zen3-r35); (SR, PR) = (2, 2) and (3, 3) were 4-12% slower. Bitwise the same outputs.
-constexpr int SR = 2, PR = 3;
+// GCC folds a vector used by several FMAs into each as a memory operand (one load per FMA, so the
+// loads bound the tile); an empty asm keeps it in a register.
+#define TF_IN_REGISTER(x) asm("" : "+x"(x))
+constexpr int PR = 3;   // P.V rows per tile
 
-template <int nr>
-TF_INLINE void score_rows(const float* Q, int64_t D, const float* Kf, __m256 out[]) {
-  __m128 half[2][nr];
-  for (int kh = 0; kh < 2; ++kh) {
-    __m256 a[nr][4];
-    for (int i = 0; i < nr; ++i)
-      for (int j = 0; j < 4; ++j) a[i][j] = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) {
-      __m256 qv[nr];
-      for (int i = 0; i < nr; ++i) qv[i] = _mm256_loadu_ps(Q + i * D + d);
-      for (int j = 0; j < 4; ++j) {
-        const __m256 kv = _mm256_loadu_ps(Kf + (4 * kh + j) * D + d);
-        for (int i = 0; i < nr; ++i) a[i][j] = _mm256_fmadd_ps(qv[i], kv, a[i][j]);
-      }
-    }
-    for (int i = 0; i < nr; ++i) {
-      const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[i][0], a[i][1]), _mm256_hadd_ps(a[i][2], a[i][3]));
-      half[kh][i] = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+// Scores with the rows in the lanes: nv row vectors (Qt [D, LR], widened order) x nk keys of Kf.
+template <int nv, int nk>
+TF_INLINE void score_tile(const float* Qt, int64_t LR, int64_t D, const float* Kf, float* St, __m256 c) {
+  static_assert(nv >= 1 && nv <= 3, "1..3 row vectors");
+  __m256 a[nv][nk];
+  for (int i = 0; i < nv; ++i)
+    for (int j = 0; j < nk; ++j) a[i][j] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    const float* qd = Qt + d * LR;
+    __m256 q0 = _mm256_loadu_ps(qd), q1, q2;
+    TF_IN_REGISTER(q0);
+    if constexpr (nv > 1) { q1 = _mm256_loadu_ps(qd + 8); TF_IN_REGISTER(q1); }
+    if constexpr (nv > 2) { q2 = _mm256_loadu_ps(qd + 16); TF_IN_REGISTER(q2); }
+    for (int j = 0; j < nk; ++j) {
+      const __m256 kv = _mm256_broadcast_ss(Kf + j * D + d);
+      a[0][j] = _mm256_fmadd_ps(q0, kv, a[0][j]);
+      if constexpr (nv > 1) a[1][j] = _mm256_fmadd_ps(q1, kv, a[1][j]);
+      if constexpr (nv > 2) a[2][j] = _mm256_fmadd_ps(q2, kv, a[2][j]);
     }
   }
-  for (int i = 0; i < nr; ++i) out[i] = _mm256_set_m128(half[1][i], half[0][i]);
+  for (int j = 0; j < nk; ++j)
+    for (int i = 0; i < nv; ++i) _mm256_storeu_ps(St + j * LR + 8 * i, _mm256_mul_ps(a[i][j], c));
 }
 
+// 8x8 transpose of dwords (rows r[0..7] -> r[p] = lane p of each input).
+TF_INLINE void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Scores with the keys in the lanes, for few rows (decode): 8 keys' rows transposed in registers
+// (bf16: pairs of dims as dwords, then each pair's even and odd dim widened), each row's q[d]
+// broadcast. The same FMA chain per (row, key) as score_tile, over the dims in the same (widened)
+// order, so the same bits.
+// Out: St[j][r] for the 8 keys j (LR = 8).
+template <int nr, typename scalar_t>
+TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t kss, int64_t nk, float* St, __m256 c) {
+  __m256 a[nr];
+  for (int i = 0; i < nr; ++i) a[i] = _mm256_setzero_ps();
+  constexpr bool bf = std::is_same<scalar_t, at::BFloat16>::value;
+  constexpr int64_t step = bf ? 16 : 8;
+  for (int64_t d0 = 0; d0 < D; d0 += step) {
+    __m256 x[8];
+    for (int j = 0; j < 8; ++j)
+      x[j] = j < nk ? _mm256_loadu_ps(reinterpret_cast<const float*>(k + j * kss + d0)) : _mm256_setzero_ps();
+    transpose8(x);
+    if constexpr (bf) {   // the widened order: the 8 even dims, then the 8 odd ones
+      for (int p = 0; p < 8; ++p) {
+        const __m256 e = bf16_even(_mm256_castps_si256(x[p]));
+        for (int i = 0; i < nr; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qr + i * D + d0 + p), e, a[i]);
+      }
+      for (int p = 0; p < 8; ++p) {
+        const __m256 o = bf16_odd(_mm256_castps_si256(x[p]));
+        for (int i = 0; i < nr; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qr + i * D + d0 + 8 + p), o, a[i]);
+      }
+    } else {
+      for (int p = 0; p < 8; ++p)
+        for (int i = 0; i < nr; ++i) a[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(Qr + i * D + d0 + p), x[p], a[i]);
+    }
+  }
+  __m256 t[8];
+  for (int i = 0; i < 8; ++i) t[i] = i < nr ? _mm256_mul_ps(a[i], c) : _mm256_setzero_ps();
+  transpose8(t);
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(St + 8 * j, t[j]);
+}
+constexpr int KEYS_ROWS = 4;   // items of up to this many rows take score_keys
+
 template <int nr, int nv>
-TF_INLINE void pv_rows(const float* const prow[], float* const orow[], const float* Vf, int64_t nk, int64_t D,
+TF_INLINE void pv_rows(const float* const prow[], int64_t ps, float* const orow[], const float* Vf, int64_t nk, int64_t D,
                        int64_t d0) {
   __m256 o[nr][nv];
   for (int i = 0; i < nr; ++i)
     for (int v = 0; v < nv; ++v) o[i][v] = _mm256_loadu_ps(orow[i] + d0 + 8 * v);
   for (int64_t j = 0; j < nk; ++j) {
     __m256 p[nr];
-    for (int i = 0; i < nr; ++i) p[i] = _mm256_broadcast_ss(prow[i] + j);
+    for (int i = 0; i < nr; ++i) p[i] = _mm256_broadcast_ss(prow[i] + j * ps);
     const float* vr = Vf + j * D + d0;
     for (int v = 0; v < nv; ++v) {
-      const __m256 vv = _mm256_loadu_ps(vr + 8 * v);
+      __m256 vv = _mm256_loadu_ps(vr + 8 * v);
+      TF_IN_REGISTER(vv);
       for (int i = 0; i < nr; ++i) o[i][v] = _mm256_fmadd_ps(p[i], vv, o[i][v]);
     }
   }
@@ -1160,58 +1214,65 @@ inline int64_t widened_dim(int64_t i) {
 template <typename scalar_t>
 void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const scalar_t* v, int64_t b, int64_t h,
                    int64_t r0, int64_t R, int64_t c0, int64_t c1, float* m, float* l, float* acc) {
-  const int64_t D = sh.D, N = c1 - c0, LS = (N + 7) / 8 * 8 + 8;   // score row stride (8-aligned)
+  const int64_t D = sh.D, N = c1 - c0, NP = (N + 7) / 8 * 8, RV = (R + 7) / 8, LR = 8 * RV;
   thread_local std::vector<float> buf;
-  float* Q = scratch(buf, R * D + 8 * D + NB2 * D + R * LS + R * D);
-  float *Kf = Q + R * D, *Vf = Kf + 8 * D, *Sc = Vf + NB2 * D, *O = Sc + R * LS;
+  float* Qt = scratch(buf, D * LR + R * D + 8 * D + NB2 * D + NP * LR + R * D);
+  float *Qr = Qt + D * LR, *Kf = Qr + R * D, *Vf = Kf + 8 * D, *St = Vf + NB2 * D, *O = St + NP * LR;
+  // Qt [D, LR]: the widened query rows in the lanes (rows past R zero)
+  std::fill(Qt, Qt + D * LR, 0.f);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
-    widen(q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst, Q + r * D, D);
+    widen(q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst, Qr + r * D, D);
+    for (int64_t i = 0; i < D; ++i) Qt[i * LR + r] = Qr[r * D + i];
   }
   const __m256 c = _mm256_set1_ps(sh.c);
-  // scores, 8 keys at a time (past c1: zero rows, then -inf)
+  // scores, 8 keys at a time (past c1: zero rows, masked below)
   for (int64_t n0 = c0; n0 < c1; n0 += 8) {
     const int64_t nk = std::min<int64_t>(8, c1 - n0);
+    float* st = St + (n0 - c0) * LR;
+    for (int64_t j = 0; j < nk; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss + D) - 1, _MM_HINT_T0);
+    }
+    if (R <= KEYS_ROWS) {
+      const scalar_t* kn = k + n0 * sh.kss;
+      if (R == 1) score_keys<1>(Qr, D, kn, sh.kss, nk, st, c);
+      else if (R == 2) score_keys<2>(Qr, D, kn, sh.kss, nk, st, c);
+      else if (R == 3) score_keys<3>(Qr, D, kn, sh.kss, nk, st, c);
+      else score_keys<4>(Qr, D, kn, sh.kss, nk, st, c);
+      continue;
+    }
     for (int64_t j = 0; j < 8; ++j) {
-      if (j < nk) {
-        _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss + D) - 1, _MM_HINT_T0);
-        widen(k + (n0 + j) * sh.kss, Kf + j * D, D);
-      } else {
-        std::fill(Kf + j * D, Kf + (j + 1) * D, 0.f);
-      }
+      if (j < nk) widen(k + (n0 + j) * sh.kss, Kf + j * D, D);
+      else std::fill(Kf + j * D, Kf + (j + 1) * D, 0.f);
     }
-    for (int64_t r = 0; r < R; r += SR) {
-      const int nr = (int)std::min<int64_t>(SR, R - r);
-      __m256 s8[SR];
-      if (nr == SR) score_rows<SR>(Q + r * D, D, Kf, s8);
-      else if (nr == 2) score_rows<2>(Q + r * D, D, Kf, s8);
-      else score_rows<1>(Q + r * D, D, Kf, s8);
-      for (int i = 0; i < nr; ++i) {
-        float* srow = Sc + (r + i) * LS + (n0 - c0);
-        _mm256_storeu_ps(srow, _mm256_mul_ps(s8[i], c));
-        const int64_t limit = sh.S - sh.T + (r0 + r + i) % sh.T;   // the last key row r + i may see
-        for (int64_t j = 0; j < 8; ++j)
-          if (j >= nk || n0 + j > limit) srow[j] = NEG_INF;
-      }
-    }
+    int64_t v0 = 0;
+    for (; v0 + 3 <= RV; v0 += 3)
+      for (int j = 0; j < 8; j += 4) score_tile<3, 4>(Qt + 8 * v0, LR, D, Kf + j * D, st + j * LR + 8 * v0, c);
+    if (RV - v0 == 2)
+      for (int j = 0; j < 8; j += 4) score_tile<2, 4>(Qt + 8 * v0, LR, D, Kf + j * D, st + j * LR + 8 * v0, c);
+    else if (RV - v0 == 1) score_tile<1, 8>(Qt + 8 * v0, LR, D, Kf, st + 8 * v0, c);
   }
-  // softmax: the item's max, p = 2^(s - m) in place, l
-  const int64_t NV = (N + 7) / 8;
-  for (int64_t r = 0; r < R; ++r) {
-    float* srow = Sc + r * LS;
+  // keys a row may not see: past c1, and past its limit S - T + t (bottom-right)
+  for (int64_t n = std::max(c0, std::min(c1, sh.S - sh.T + 1)); n < c0 + NP; ++n) {
+    for (int64_t r = 0; r < R; ++r)
+      if (n >= c1 || n > sh.S - sh.T + (r0 + r) % sh.T) St[(n - c0) * LR + r] = NEG_INF;
+  }
+  // softmax per lane: the item's max, p = 2^(s - m) in place, l (rows that see no key: m = -inf, l = 0)
+  for (int64_t i = 0; i < RV; ++i) {
     __m256 mx = _mm256_set1_ps(NEG_INF);
-    for (int64_t i = 0; i < NV; ++i) mx = _mm256_max_ps(mx, _mm256_loadu_ps(srow + 8 * i));
-    m[r] = hmax8(mx);
-    if (m[r] == NEG_INF) { l[r] = 0.f; continue; }   // the row sees none of these keys
-    const __m256 mv = _mm256_set1_ps(m[r]);
+    for (int64_t n = 0; n < N; ++n) mx = _mm256_max_ps(mx, _mm256_loadu_ps(St + n * LR + 8 * i));
+    const __m256 none = _mm256_cmp_ps(mx, _mm256_set1_ps(NEG_INF), _CMP_EQ_OQ);
+    const __m256 mv = _mm256_andnot_ps(none, mx);
     __m256 sum = _mm256_setzero_ps();
-    for (int64_t i = 0; i < NV; ++i) {
-      const __m256 p = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(srow + 8 * i), mv));
-      _mm256_storeu_ps(srow + 8 * i, p);
+    for (int64_t n = 0; n < N; ++n) {
+      const __m256 p = exp2_avx2(_mm256_sub_ps(_mm256_loadu_ps(St + n * LR + 8 * i), mv));
+      _mm256_storeu_ps(St + n * LR + 8 * i, p);
       sum = _mm256_add_ps(sum, p);
     }
-    l[r] = hsum8(sum);
+    alignas(32) float mm[8], ll[8];
+    _mm256_store_ps(mm, mx), _mm256_store_ps(ll, sum);
+    for (int64_t r = 8 * i; r < std::min<int64_t>(R, 8 * i + 8); ++r) m[r] = mm[r - 8 * i], l[r] = ll[r - 8 * i];
   }
   // P.V, a block of NB2 keys at a time
   std::fill(O, O + R * D, 0.f);
@@ -1230,12 +1291,12 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
       const int nr = (int)std::min<size_t>(PR, live.size() - i0);
       const float* prow[PR];
       float* orow[PR];
-      for (int i = 0; i < nr; ++i) prow[i] = Sc + live[i0 + i] * LS + (n0 - c0), orow[i] = O + live[i0 + i] * D;
+      for (int i = 0; i < nr; ++i) prow[i] = St + (n0 - c0) * LR + live[i0 + i], orow[i] = O + live[i0 + i] * D;
       for (int64_t d0 = 0; d0 < D; d0 += 32) {
         const bool whole = D - d0 >= 32;   // 4 vectors, else 2 (D % 16 == 0)
-        if (nr == PR) whole ? pv_rows<PR, 4>(prow, orow, Vf, nk, D, d0) : pv_rows<PR, 2>(prow, orow, Vf, nk, D, d0);
-        else if (nr == 2) whole ? pv_rows<2, 4>(prow, orow, Vf, nk, D, d0) : pv_rows<2, 2>(prow, orow, Vf, nk, D, d0);
-        else whole ? pv_rows<1, 4>(prow, orow, Vf, nk, D, d0) : pv_rows<1, 2>(prow, orow, Vf, nk, D, d0);
+        if (nr == PR) whole ? pv_rows<PR, 4>(prow, LR, orow, Vf, nk, D, d0) : pv_rows<PR, 2>(prow, LR, orow, Vf, nk, D, d0);
+        else if (nr == 2) whole ? pv_rows<2, 4>(prow, LR, orow, Vf, nk, D, d0) : pv_rows<2, 2>(prow, LR, orow, Vf, nk, D, d0);
+        else whole ? pv_rows<1, 4>(prow, LR, orow, Vf, nk, D, d0) : pv_rows<1, 2>(prow, LR, orow, Vf, nk, D, d0);
       }
     }
   }
