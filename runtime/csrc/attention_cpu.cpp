@@ -1077,8 +1077,8 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 // order. Each row's operations do not depend on R, r0, its lane or the thread (keys a row cannot
 // see add exact zeros), so a verify pass gives bitwise the rows of the 1-token passes it replaces.
 // Against round 35's kernel (dims in the lanes, a hadd tree per key), one layer, bf16, 2 threads,
-// interleaved in one process: 8K T = 1 0.39 -> 0.37 ms, T = 4 1.47 -> 1.24, T = 8 2.60 -> 1.75,
-// T = 16 4.95 -> 3.28; 32K T = 8 12.0 -> 8.3 (docs/bench/speed-zen3-r36).
+// interleaved in one process: 8K T = 1 0.52 -> 0.41 ms, T = 4 1.17 -> 0.96, T = 8 2.25 -> 1.49,
+// T = 16 4.98 -> 3.20; 32K T = 8 10.2 -> 6.7 (docs/bench/speed-zen3-r36/attention_variants.txt).
 constexpr int NB2 = 64;   // keys per V block (Vf: 64 rows)
 
 // 2^x for x <= 0 (lanes below -126, -inf included, give 0): 2^round(x) * p(f) as exp2_ps (simd.h).
