@@ -1065,9 +1065,9 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 //   scores  St[n][r] = q_r . k_n * c, one FMA chain over the dims per (row, key), in the widened
 //           order (below): 8 keys' rows widened once into Kf, then per dim the rows' vector of q
 //           times the key's value broadcast (score_tile: up to 3 row vectors x 4 keys, no
-//           reduction across lanes). Items of up to KEYS_ROWS rows (decode) put the keys in the
-//           lanes instead (score_keys: 8 keys transposed in registers, each row's q broadcast):
-//           the same chain, so the same bits;
+//           reduction across lanes). Items of up to KEYS_ROWS rows (decode, 2-token verify) put
+//           the keys in the lanes instead (score_keys: 8 keys transposed in registers, each row's
+//           q broadcast): the same chain, so the same bits;
 //   softmax per lane: m = the item's max, p = 2^(S - m), l = the sum of p in key order; keys a row
 //           may not see (bottom-right causality) are -inf, so p is exactly 0;
 //   P.V     the block's V rows widened once into Vf, then per row O[r][:] += p[r][n] V[n][:], keys
@@ -1173,7 +1173,9 @@ TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t
   transpose8(t);
   for (int j = 0; j < 8; ++j) _mm256_storeu_ps(St + 8 * j, t[j]);
 }
-constexpr int KEYS_ROWS = 4;   // items of up to this many rows take score_keys
+// Items of up to this many rows take score_keys: at 6 (T = 2 for G = 3) one layer at 8K keys took
+// 0.70 -> 0.58 ms against the rows in the lanes (docs/bench/speed-zen3-r36).
+constexpr int KEYS_ROWS = 6;
 
 template <int nr, int nv>
 TF_INLINE void pv_rows(const float* const prow[], int64_t ps, float* const orow[], const float* Vf, int64_t nk, int64_t D,
@@ -1239,7 +1241,9 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
       if (R == 1) score_keys<1>(Qr, D, kn, sh.kss, nk, st, c);
       else if (R == 2) score_keys<2>(Qr, D, kn, sh.kss, nk, st, c);
       else if (R == 3) score_keys<3>(Qr, D, kn, sh.kss, nk, st, c);
-      else score_keys<4>(Qr, D, kn, sh.kss, nk, st, c);
+      else if (R == 4) score_keys<4>(Qr, D, kn, sh.kss, nk, st, c);
+      else if (R == 5) score_keys<5>(Qr, D, kn, sh.kss, nk, st, c);
+      else score_keys<6>(Qr, D, kn, sh.kss, nk, st, c);
       continue;
     }
     for (int64_t j = 0; j < 8; ++j) {
