@@ -1065,9 +1065,10 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 //   scores  St[n][r] = q_r . k_n * c, one FMA chain over the dims per (row, key), in the widened
 //           order (below): 8 keys' rows widened once into Kf, then per dim the rows' vector of q
 //           times the key's value broadcast (score_tile: up to 3 row vectors x 4 keys, no
-//           reduction across lanes). Items of up to KEYS_ROWS rows (decode, 2-token verify) put
-//           the keys in the lanes instead (score_keys: 8 keys transposed in registers, each row's
-//           q broadcast): the same chain, so the same bits;
+//           reduction across lanes). Items of up to KEYS_ROWS rows (decode, 2-token verify), and
+//           the 1-4 rows past the first vector of a 9-12-row item, put the keys in the lanes instead
+//           (score_keys: 8 keys transposed in registers, each row's q broadcast): the same chain,
+//           so the same bits;
 //   softmax per lane: m = the item's max, p = 2^(S - m), l = the sum of p in key order; keys a row
 //           may not see (bottom-right causality) are -inf, so p is exactly 0;
 //   P.V     the block's V rows widened once into Vf, then per row O[r][:] += p[r][n] V[n][:], keys
@@ -1142,9 +1143,9 @@ TF_INLINE void transpose8(__m256 r[8]) {
 // (bf16: pairs of dims as dwords, then each pair's even and odd dim widened), each row's q[d]
 // broadcast. The same FMA chain per (row, key) as score_tile, over the dims in the same (widened)
 // order, so the same bits.
-// Out: St[j][r] for the 8 keys j (LR = 8).
+// Out: St[j * LR + r] for the 8 keys j and rows r < 8 (lanes past nr: zeros).
 template <int nr, typename scalar_t>
-TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t kss, int64_t nk, float* St, __m256 c) {
+TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t kss, int64_t nk, float* St, int64_t LR, __m256 c) {
   __m256 a[nr];
   for (int i = 0; i < nr; ++i) a[i] = _mm256_setzero_ps();
   constexpr bool bf = std::is_same<scalar_t, at::BFloat16>::value;
@@ -1171,11 +1172,15 @@ TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t
   __m256 t[8];
   for (int i = 0; i < 8; ++i) t[i] = i < nr ? _mm256_mul_ps(a[i], c) : _mm256_setzero_ps();
   transpose8(t);
-  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(St + 8 * j, t[j]);
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(St + LR * j, t[j]);
 }
 // Items of up to this many rows take score_keys: at 6 (T = 2 for G = 3) one layer at 8K keys took
 // 0.70 -> 0.58 ms against the rows in the lanes (docs/bench/speed-zen3-r36).
 constexpr int KEYS_ROWS = 6;
+// Items of 9-12 rows (T = 3, 4 for G = 3) take score_keys for the rows past the first 8: at 8K keys
+// T = 3 1.19-1.23 -> 1.05-1.07 ms, T = 4 1.26-1.29 -> 1.17 (against a second row vector; the
+// same bits). With 16 + 2 rows (T = 6) it was 1-6% slower than three row vectors.
+constexpr int KEYS_TAIL = 4;
 
 template <int nr, int nv>
 TF_INLINE void pv_rows(const float* const prow[], int64_t ps, float* const orow[], const float* Vf, int64_t nk, int64_t D,
@@ -1228,7 +1233,9 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
     for (int64_t i = 0; i < D; ++i) Qt[i * LR + r] = Qr[r * D + i];
   }
   const __m256 c = _mm256_set1_ps(sh.c);
-  // scores, 8 keys at a time (past c1: zero rows, masked below)
+  // scores, 8 keys at a time (past c1: zero rows, masked below): RL row vectors in the lanes, the last
+  // RK rows keys in the lanes (all of a decode item's; of 9-12 rows, the 1-4 past the first vector)
+  const int64_t RK = R <= KEYS_ROWS ? R : R < 16 && R % 8 <= KEYS_TAIL ? R % 8 : 0, RL = (R - RK + 7) / 8;
   for (int64_t n0 = c0; n0 < c1; n0 += 8) {
     const int64_t nk = std::min<int64_t>(8, c1 - n0);
     float* st = St + (n0 - c0) * LR;
@@ -1236,26 +1243,30 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
       _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss + D) - 1, _MM_HINT_T0);
     }
-    if (R <= KEYS_ROWS) {
+    if (RK) {   // the last RK rows: keys in the lanes
       const scalar_t* kn = k + n0 * sh.kss;
-      if (R == 1) score_keys<1>(Qr, D, kn, sh.kss, nk, st, c);
-      else if (R == 2) score_keys<2>(Qr, D, kn, sh.kss, nk, st, c);
-      else if (R == 3) score_keys<3>(Qr, D, kn, sh.kss, nk, st, c);
-      else if (R == 4) score_keys<4>(Qr, D, kn, sh.kss, nk, st, c);
-      else if (R == 5) score_keys<5>(Qr, D, kn, sh.kss, nk, st, c);
-      else score_keys<6>(Qr, D, kn, sh.kss, nk, st, c);
-      continue;
+      const float* qk = Qr + (R - RK) * D;
+      float* sk = st + (R - RK);
+      switch (RK) {
+        case 1: score_keys<1>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
+        case 2: score_keys<2>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
+        case 3: score_keys<3>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
+        case 4: score_keys<4>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
+        case 5: score_keys<5>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
+        default: score_keys<6>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
+      }
     }
+    if (RL == 0) continue;
     for (int64_t j = 0; j < 8; ++j) {
       if (j < nk) widen(k + (n0 + j) * sh.kss, Kf + j * D, D);
       else std::fill(Kf + j * D, Kf + (j + 1) * D, 0.f);
     }
     int64_t v0 = 0;
-    for (; v0 + 3 <= RV; v0 += 3)
+    for (; v0 + 3 <= RL; v0 += 3)
       for (int j = 0; j < 8; j += 4) score_tile<3, 4>(Qt + 8 * v0, LR, D, Kf + j * D, st + j * LR + 8 * v0, c);
-    if (RV - v0 == 2)
+    if (RL - v0 == 2)
       for (int j = 0; j < 8; j += 4) score_tile<2, 4>(Qt + 8 * v0, LR, D, Kf + j * D, st + j * LR + 8 * v0, c);
-    else if (RV - v0 == 1) score_tile<1, 8>(Qt + 8 * v0, LR, D, Kf, st + 8 * v0, c);
+    else if (RL - v0 == 1) score_tile<1, 8>(Qt + 8 * v0, LR, D, Kf, st + 8 * v0, c);
   }
   // keys a row may not see: past c1, and past its limit S - T + t (bottom-right)
   for (int64_t n = std::max(c0, std::min(c1, sh.S - sh.T + 1)); n < c0 + NP; ++n) {
