@@ -1225,17 +1225,19 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
   thread_local std::vector<float> buf;
   float* Qt = scratch(buf, D * LR + R * D + 8 * D + NB2 * D + NP * LR + R * D);
   float *Qr = Qt + D * LR, *Kf = Qr + R * D, *Vf = Kf + 8 * D, *St = Vf + NB2 * D, *O = St + NP * LR;
-  // Qt [D, LR]: the widened query rows in the lanes (rows past R zero)
-  std::fill(Qt, Qt + D * LR, 0.f);
+  // The scores' rows: RL row vectors in the lanes (score_tile), the last RK rows with the keys in the
+  // lanes (score_keys: all of a decode item's; of 9-12 rows, the 1-4 past the first vector)
+  const int64_t RK = R <= KEYS_ROWS ? R : R < 16 && R % 8 <= KEYS_TAIL ? R % 8 : 0, RL = (R - RK + 7) / 8;
+  // Qr [R, D]: the widened query rows; Qt [D, LR]: the first R - RK of them in the lanes (others zero)
+  if (RL) std::fill(Qt, Qt + D * LR, 0.f);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
     widen(q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst, Qr + r * D, D);
-    for (int64_t i = 0; i < D; ++i) Qt[i * LR + r] = Qr[r * D + i];
+    if (r < R - RK)
+      for (int64_t i = 0; i < D; ++i) Qt[i * LR + r] = Qr[r * D + i];
   }
   const __m256 c = _mm256_set1_ps(sh.c);
-  // scores, 8 keys at a time (past c1: zero rows, masked below): RL row vectors in the lanes, the last
-  // RK rows keys in the lanes (all of a decode item's; of 9-12 rows, the 1-4 past the first vector)
-  const int64_t RK = R <= KEYS_ROWS ? R : R < 16 && R % 8 <= KEYS_TAIL ? R % 8 : 0, RL = (R - RK + 7) / 8;
+  // scores, 8 keys at a time (past c1: zero rows, masked below)
   for (int64_t n0 = c0; n0 < c1; n0 += 8) {
     const int64_t nk = std::min<int64_t>(8, c1 - n0);
     float* st = St + (n0 - c0) * LR;
