@@ -1,23 +1,25 @@
 # Round 36: attention_cpu.cpp variants built side by side under their own module names, then timed
 # interleaved in one process; prints the largest output difference against the first.
-#   variant sources: /tmp/r36/var/NAME.cpp (base = 470a23a's attention_cpu.cpp, rl7c = this round's),
+#   variant sources: $VARDIR/NAME.cpp (VARDIR default /tmp/r36/var; base = 470a23a's attention_cpu.cpp,
+#   rl7c = this round's),
 #   built by: python attention_variants.py build NAME
 #   timed by: [LAYERS=30] python attention_variants.py NAME1,NAME2 [threads] [S:T,S:T,...]
 # LAYERS=1 (default) reuses one layer's K/V (mostly L3-resident; 15 rounds, attention_variants.txt);
 # LAYERS=30 takes the K/V of 30 layers in turn, DRAM-resident as in a pass (5 rounds of 30 calls,
 # attention_variants_30.txt).
-import sys
+import os, sys
+VAR = os.environ.get("VARDIR", "/tmp/r36/var")
 if sys.argv[1] == "build":
     from torch.utils.cpp_extension import load
     name = sys.argv[2]
-    load(name=name, sources=[f"/tmp/r36/var/{name}.cpp"], extra_include_paths=["runtime/csrc"],
+    load(name=name, sources=[f"{VAR}/{name}.cpp"], extra_include_paths=["runtime/csrc"],
          extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", "-w"], extra_ldflags=["-fopenmp"],
-         build_directory=f"/tmp/r36/var/b_{name}", verbose=False)
+         build_directory=f"{VAR}/b_{name}", verbose=False)
     sys.exit(0)
-import glob, importlib.util, os, statistics, time, torch
+import glob, importlib.util, statistics, time, torch
 mods = {}
 for n in sys.argv[1].split(","):
-    so = glob.glob(f"/tmp/r36/var/b_{n}/{n}*.so")[0]
+    so = glob.glob(f"{VAR}/b_{n}/{n}*.so")[0]
     spec = importlib.util.spec_from_file_location(n, so); m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); mods[n] = m
 threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
 torch.set_num_threads(threads)
