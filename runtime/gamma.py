@@ -326,6 +326,15 @@ class GammaTuner:
         decoder.gammas = list(self.pick())
         decoder.copy_cap = self.copy_cap()
 
+    def copy_predicted(self) -> float:
+        """Seconds per token of a copy round (the top level verifying a context-lookup copy of
+        copy_cap tokens, lookup.py): one pass of copy_cap + 1 over the tokens it commits on average
+        at the copies' acceptance so far. Draft rounds are what `predicted` prices; which kind a
+        round is depends on whether the lookup finds a copy, not on the γs."""
+        top, cap = self.stack[-1].stats, self.copy_cap()
+        alpha = smoothed_acceptance(top.copied_accepted, top.copy_rejections)
+        return self.costs[-1](cap + 1) / expected_tokens(alpha, cap)
+
     def stats(self) -> dict:
         names = [lv.name for lv in self.stack]
         ar = self.costs[-1](1)
@@ -333,9 +342,12 @@ class GammaTuner:
                   f"{1000 * ar:.1f} for the target alone, from acceptance "
                   + ", ".join(f"{n} {a:.2f}" for n, a in zip(names[1:], self.alphas()))
                   + (" and pass costs an earlier request measured" if self.reused else " and pass costs measured at start-up")
-                  + (", corrected by the passes run since" if self.costs != self.probed else ""))
+                  + (", corrected by the passes run since" if self.costs != self.probed else "")
+                  + f"; a round verifying a context copy of up to {self.copy_cap()} tokens instead: predicted "
+                    f"{1000 * self.copy_predicted():.1f} ms/token")
         return {"gamma": dict(
             policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3),
+            copy_predicted_ms_per_token=round(1000 * self.copy_predicted(), 3),
             target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4), probe_reused=self.reused,
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},

@@ -9,7 +9,7 @@ import torch
 from triforce.runtime import gamma
 from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
                                     choose, copy_length, corrected, expected_tokens, load_costs, non_decreasing, per_token_acceptance,
-                                    probe_lengths, probe_pass_costs, save_costs, seconds_per_token)
+                                    probe_lengths, probe_pass_costs, save_costs, seconds_per_token, smoothed_acceptance)
 from triforce.runtime.speculate import LevelStats, PassTimes
 
 FLAT = PassCost(((1, 0.010), (16, 0.010)))            # a GPU-like verifier: 16 tokens cost as much as 1
@@ -103,6 +103,25 @@ def test_tuner_caps_the_targets_copies_from_their_acceptance():
     top.copied, top.copied_accepted, top.copy_rejections = 200, 100, 60   # then mostly wrong
     tuner(decoder)
     assert long >= 6 and 1 <= decoder.copy_cap < long and tuner.copy_cap() == decoder.copy_cap
+
+
+def test_tuner_prices_copy_rounds_in_its_stats():
+    """stats.gamma prices a round verifying a context copy beside the draft rounds' prediction: one
+    target pass of copy_cap + 1 over the tokens such a round commits at the copies' acceptance."""
+    costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.035), (13, 0.171)))]
+    stack = [level(), level(drafted=30, accepted=20), level(drafted=40, accepted=36)]
+    for lv, name in zip(stack, ("drafter", "retrieval", "target")):
+        lv.name = name
+    tuner = GammaTuner(stack, costs, caps=(4, 12))
+    top = tuner.stack[-1].stats
+    top.copied, top.copied_accepted, top.copy_rejections = 100, 95, 1      # copies nearly always right
+    g = tuner.stats()["gamma"]
+    cap, alpha = g["copy_cap"], smoothed_acceptance(95, 1)
+    assert g["copy_predicted_ms_per_token"] == round(1000 * costs[-1](cap + 1) / expected_tokens(alpha, cap), 3)
+    assert g["copy_predicted_ms_per_token"] < g["target_alone_ms_per_token"]     # right copies pay
+    assert f"context copy of up to {cap} tokens" in g["reason"]
+    top.copied, top.copied_accepted, top.copy_rejections = 200, 100, 60   # then mostly wrong: dearer per token
+    assert tuner.stats()["gamma"]["copy_predicted_ms_per_token"] > g["copy_predicted_ms_per_token"]
 
 
 def test_tuner_reprobes_a_level_it_switched_off():
