@@ -382,7 +382,7 @@ class Engine(Checkpoint):
             caps = auto_caps(len(stack), run.max_new_tokens)
             key = pass_cost_key(run, len(prompt_ids), caps)
             known = self.pass_costs.get(key) or (load_costs(key, len(stack)) if self.stored_costs else None)
-            tuner = GammaTuner.start(stack, caps, run.max_new_tokens, known=known)
+            tuner = GammaTuner.start(stack, caps, run.max_new_tokens, known=known, copies=run.lookup)
             gammas = list(tuner.gammas)
         decoder = self.decoder(stack, gammas, list(prompt_ids), generator,
                                chain(rebuild_policy(run, len(prompt_ids)), tuner))

@@ -239,6 +239,7 @@ class GammaTuner:
     caps: tuple[int, ...]                     # largest γ per verifier
     probe_s: float = 0.0                      # seconds the start-up probe took
     reused: bool = False                      # the costs are an earlier request's (no probe)
+    copies: bool = True                       # the top level verifies context-lookup copies (RunConfig.lookup)
     gammas: tuple[int, ...] = ()
     predicted: float = 0.0                    # seconds per token of the current choice
     chosen: Counter = field(default_factory=Counter)
@@ -263,14 +264,15 @@ class GammaTuner:
             self.costs, self.choices, self.copy_caps = costs, {}, {}
 
     @classmethod
-    def start(cls, stack, caps: tuple[int, ...], new_tokens: int, known: list[PassCost] | None = None) -> "GammaTuner":
+    def start(cls, stack, caps: tuple[int, ...], new_tokens: int, known: list[PassCost] | None = None,
+              copies: bool = True) -> "GammaTuner":
         """known: the costs an earlier request of the same shape ended with (Engine.pass_costs,
         keyed by engine.pass_cost_key): no probe then (0.25 s at 7K, 0.55 s at 32K here), and the
         run's passes rescale them as they would the probe's."""
         start = time.perf_counter()
         costs = list(known) if known is not None else probe_pass_costs(stack, caps, new_tokens)
         tuner = cls(stack, costs, caps, probe_s=0.0 if known is not None else time.perf_counter() - start,
-                    reused=known is not None)
+                    reused=known is not None, copies=copies)
         tuner.pick()
         return tuner
 
@@ -343,11 +345,11 @@ class GammaTuner:
                   + ", ".join(f"{n} {a:.2f}" for n, a in zip(names[1:], self.alphas()))
                   + (" and pass costs an earlier request measured" if self.reused else " and pass costs measured at start-up")
                   + (", corrected by the passes run since" if self.costs != self.probed else "")
-                  + f"; a round verifying a context copy of up to {self.copy_cap()} tokens instead: predicted "
-                    f"{1000 * self.copy_predicted():.1f} ms/token")
+                  + (f"; a round verifying a context copy of up to {self.copy_cap()} tokens instead: predicted "
+                     f"{1000 * self.copy_predicted():.1f} ms/token" if self.copies else ""))
+        copies = dict(copy_predicted_ms_per_token=round(1000 * self.copy_predicted(), 3)) if self.copies else {}
         return {"gamma": dict(
-            policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3),
-            copy_predicted_ms_per_token=round(1000 * self.copy_predicted(), 3),
+            policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3), **copies,
             target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4), probe_reused=self.reused,
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},

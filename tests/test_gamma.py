@@ -122,6 +122,8 @@ def test_tuner_prices_copy_rounds_in_its_stats():
     assert f"context copy of up to {cap} tokens" in g["reason"]
     top.copied, top.copied_accepted, top.copy_rejections = 200, 100, 60   # then mostly wrong: dearer per token
     assert tuner.stats()["gamma"]["copy_predicted_ms_per_token"] > g["copy_predicted_ms_per_token"]
+    tuner.copies = False                                                  # --no-lookup: no copy rounds to price
+    assert "copy_predicted_ms_per_token" not in tuner.stats()["gamma"] and "copy" not in tuner.stats()["gamma"]["reason"]
 
 
 def test_tuner_reprobes_a_level_it_switched_off():
