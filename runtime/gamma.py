@@ -309,10 +309,14 @@ class GammaTuner:
         self.gammas, self.predicted = self.choices[key]
         return self.gammas
 
+    def copy_acceptance(self) -> float:
+        """The chance that one copied token passes the top level, from its copies so far (smoothed)."""
+        top = self.stack[-1].stats
+        return smoothed_acceptance(top.copied_accepted, top.copy_rejections)
+
     def copy_cap(self) -> int:
         """The top level's longest copy (SpecDecoder.copy_cap) for its copies' acceptance so far."""
-        top = self.stack[-1].stats
-        alpha = rounded(smoothed_acceptance(top.copied_accepted, top.copy_rejections))
+        alpha = rounded(self.copy_acceptance())
         if alpha not in self.copy_caps:
             self.copy_caps[alpha] = copy_length(self.costs[-1], alpha, MAX_COPY)
         return self.copy_caps[alpha]
@@ -333,28 +337,28 @@ class GammaTuner:
         copy_cap tokens, lookup.py): one pass of copy_cap + 1 over the tokens it commits on average
         at the copies' acceptance so far. Draft rounds are what `predicted` prices; which kind a
         round is depends on whether the lookup finds a copy, not on the γs."""
-        top, cap = self.stack[-1].stats, self.copy_cap()
-        alpha = smoothed_acceptance(top.copied_accepted, top.copy_rejections)
-        return self.costs[-1](cap + 1) / expected_tokens(alpha, cap)
+        cap = self.copy_cap()
+        return self.costs[-1](cap + 1) / expected_tokens(self.copy_acceptance(), cap)
 
     def stats(self) -> dict:
         names = [lv.name for lv in self.stack]
-        ar = self.costs[-1](1)
+        ar, cap = self.costs[-1](1), self.copy_cap()
+        copy_s = self.copy_predicted() if self.copies else None
         reason = (f"gammas {list(self.gammas)}: predicted {1000 * self.predicted:.1f} ms/token against "
                   f"{1000 * ar:.1f} for the target alone, from acceptance "
                   + ", ".join(f"{n} {a:.2f}" for n, a in zip(names[1:], self.alphas()))
                   + (" and pass costs an earlier request measured" if self.reused else " and pass costs measured at start-up")
                   + (", corrected by the passes run since" if self.costs != self.probed else "")
-                  + (f"; a round verifying a context copy of up to {self.copy_cap()} tokens instead: predicted "
-                     f"{1000 * self.copy_predicted():.1f} ms/token" if self.copies else ""))
-        copies = dict(copy_predicted_ms_per_token=round(1000 * self.copy_predicted(), 3)) if self.copies else {}
+                  + (f"; a round verifying a context copy of up to {cap} tokens instead: predicted "
+                     f"{1000 * copy_s:.1f} ms/token" if self.copies else ""))
+        copies = dict(copy_predicted_ms_per_token=round(1000 * copy_s, 3)) if self.copies else {}
         return {"gamma": dict(
             policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3), **copies,
             target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4), probe_reused=self.reused,
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
-            copy_cap=self.copy_cap(),
+            copy_cap=cap,
             reason=reason)}
 
 
