@@ -109,7 +109,7 @@ def test_bf16_products_both_ways(kernel, T, dot):
 @pytest.mark.parametrize("dtype,dot", [(torch.float32, None), (torch.float16, None),
                                        (torch.bfloat16, False), (torch.bfloat16, True)])
 @pytest.mark.parametrize("S", [517, 1027, 2051])  # the T tokens straddle a chunk boundary (512, 1024, 2048)
-@pytest.mark.parametrize("T", [2, 4, 6, 11])  # AVX2: 6 rows with the keys in the lanes, 12 one row vector and 4 with the keys in the lanes, 18 and 33 rows in the lanes; with AMX: 12 rows one held tile, 18 an item of two tiles of 9, 33 two items of 17 and 16 (attention_cpu.cpp)
+@pytest.mark.parametrize("T", [2, 3, 4, 6, 11])  # AVX2: 6 rows with the keys in the lanes, 9 and 12 the same in two halves (4 + 5, 6 + 6), 18 and 33 rows in the lanes; with AMX: 12 rows one held tile, 18 an item of two tiles of 9, 33 two items of 17 and 16 (attention_cpu.cpp)
 def test_rows_independent_of_T_and_threads(kernel, dtype, dot, S, T):
     # Chunk and block boundaries are positions, and which thread runs a chunk changes nothing:
     # a verify pass over T tokens gives each token bit-for-bit what decoding it alone against

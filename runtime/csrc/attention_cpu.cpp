@@ -1066,7 +1066,7 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 //           order (below): 8 keys' rows widened once into Kf, then per dim the rows' vector of q
 //           times the key's value broadcast (score_tile: up to 3 row vectors x 4 keys, no
 //           reduction across lanes). Items of up to KEYS_ROWS rows (decode, 2-token verify), and
-//           the 1-4 rows past the first vector of a 9-12-row item, put the keys in the lanes instead
+//           of 9-12 rows (3- and 4-token verify) in two halves, put the keys in the lanes instead
 //           (score_keys: 8 keys transposed in registers, each row's q broadcast): the same chain,
 //           so the same bits;
 //   softmax per lane: m = the item's max, p = 2^(S - m), l = the sum of p in key order; keys a row
@@ -1177,10 +1177,27 @@ TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t
 // Items of up to this many rows take score_keys: at 6 (T = 2 for G = 3) one layer at 8K keys took
 // 0.70 -> 0.58 ms against the rows in the lanes (docs/bench/speed-zen3-r36).
 constexpr int KEYS_ROWS = 6;
-// Items of 9-12 rows (T = 3, 4 for G = 3) take score_keys for the rows past the first 8: at 8K keys
-// T = 3 1.19-1.23 -> 1.05-1.07 ms, T = 4 1.26-1.29 -> 1.17 (against a second row vector; the
-// same bits). With 16 + 2 rows (T = 6) it was 1-6% slower than three row vectors.
-constexpr int KEYS_TAIL = 4;
+// Items of 9-12 rows (T = 3, 4 for G = 3) take score_keys too, in two calls of half the rows each
+// (each transposes the 8 keys again): one layer, 30 layers' K/V in turn, T = 3 10-16% faster and
+// T = 4 2-12% than round 36's first 8 rows in the lanes + the rest with the keys in the lanes
+// (docs/bench/speed-zen3-r38). Three calls of 5-6 rows (T = 5, 6) were no faster than row vectors.
+inline bool keys_in_lanes(int64_t R) { return R <= KEYS_ROWS || (R > 8 && R <= 2 * KEYS_ROWS); }
+
+// score_keys for nr (1..KEYS_ROWS) rows from row ra: St lanes ra..ra + 7 of each key (zeros past nr).
+template <typename scalar_t>
+TF_INLINE void score_keys_rows(int64_t nr, int64_t ra, const float* Qr, int64_t D, const scalar_t* kn, int64_t kss,
+                               int64_t nk, float* st, int64_t LR, __m256 c) {
+  const float* qk = Qr + ra * D;
+  float* sk = st + ra;
+  switch (nr) {
+    case 1: score_keys<1>(qk, D, kn, kss, nk, sk, LR, c); break;
+    case 2: score_keys<2>(qk, D, kn, kss, nk, sk, LR, c); break;
+    case 3: score_keys<3>(qk, D, kn, kss, nk, sk, LR, c); break;
+    case 4: score_keys<4>(qk, D, kn, kss, nk, sk, LR, c); break;
+    case 5: score_keys<5>(qk, D, kn, kss, nk, sk, LR, c); break;
+    default: score_keys<6>(qk, D, kn, kss, nk, sk, LR, c); break;
+  }
+}
 
 template <int nr, int nv>
 TF_INLINE void pv_rows(const float* const prow[], int64_t ps, float* const orow[], const float* Vf, int64_t nk, int64_t D,
@@ -1225,15 +1242,16 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
   thread_local std::vector<float> buf;
   float* Qt = scratch(buf, D * LR + R * D + 8 * D + NB2 * D + NP * LR + R * D);
   float *Qr = Qt + D * LR, *Kf = Qr + R * D, *Vf = Kf + 8 * D, *St = Vf + NB2 * D, *O = St + NP * LR;
-  // The scores' rows: RL row vectors in the lanes (score_tile), the last RK rows with the keys in the
-  // lanes (score_keys: all of a decode item's; of 9-12 rows, the 1-4 past the first vector)
-  const int64_t RK = R <= KEYS_ROWS ? R : R < 16 && R % 8 <= KEYS_TAIL ? R % 8 : 0, RL = (R - RK + 7) / 8;
-  // Qr [R, D]: the widened query rows; Qt [D, LR]: the first R - RK of them in the lanes (others zero)
+  // The scores' rows: with the keys in the lanes (score_keys: RA rows, then R - RA), or RL row
+  // vectors in the lanes (score_tile)
+  const bool keys = keys_in_lanes(R);
+  const int64_t RA = keys && R > KEYS_ROWS ? R / 2 : R, RL = keys ? 0 : RV;
+  // Qr [R, D]: the widened query rows; Qt [D, LR]: the same rows in the lanes (score_tile's; zero past R)
   if (RL) std::fill(Qt, Qt + D * LR, 0.f);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
     widen(q + b * sh.qsb + (h * sh.G + g) * sh.qsh + t * sh.qst, Qr + r * D, D);
-    if (r < R - RK)
+    if (RL)
       for (int64_t i = 0; i < D; ++i) Qt[i * LR + r] = Qr[r * D + i];
   }
   const __m256 c = _mm256_set1_ps(sh.c);
@@ -1245,20 +1263,12 @@ void run_item_avx2(const Shape& sh, const scalar_t* q, const scalar_t* k, const 
       _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(k + (n0 + j + 64) * sh.kss + D) - 1, _MM_HINT_T0);
     }
-    if (RK) {   // the last RK rows: keys in the lanes
+    if (keys) {   // rows [0, RA), then [RA, R) (whose lanes overwrite the first call's zeros)
       const scalar_t* kn = k + n0 * sh.kss;
-      const float* qk = Qr + (R - RK) * D;
-      float* sk = st + (R - RK);
-      switch (RK) {
-        case 1: score_keys<1>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
-        case 2: score_keys<2>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
-        case 3: score_keys<3>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
-        case 4: score_keys<4>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
-        case 5: score_keys<5>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
-        default: score_keys<6>(qk, D, kn, sh.kss, nk, sk, LR, c); break;
-      }
+      score_keys_rows(RA, 0, Qr, D, kn, sh.kss, nk, st, LR, c);
+      if (RA < R) score_keys_rows(R - RA, RA, Qr, D, kn, sh.kss, nk, st, LR, c);
+      continue;
     }
-    if (RL == 0) continue;
     for (int64_t j = 0; j < 8; ++j) {
       if (j < nk) widen(k + (n0 + j) * sh.kss, Kf + j * D, D);
       else std::fill(Kf + j * D, Kf + (j + 1) * D, 0.f);
