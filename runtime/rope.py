@@ -88,13 +88,19 @@ class Rope:
     a slice of it (span) instead of ~12 small ops (0.2 ms a pass on the 2-core Xeon, a fifth of a
     drafter pass), and every pass of a run sees the same bits for a position whatever its length.
     Rows are a multiple of TABLE_ROWS, so torch's vectorized cos/sin computes every position (no
-    scalar tail): a position's value does not depend on the table's size."""
+    scalar tail): a position's value does not depend on the table's size.
+    The table is built for the run's `run_length` positions up front: grown inside a pass, it cost
+    that pass 7 ms at 8K (16K rows), and when the pass was one of `--gamma auto`'s start-up probes
+    (a prompt one short of a multiple of TABLE_ROWS puts the growth in the first 2-token pass) the
+    middle level's 2-token pass was priced at 1.7x its cost for the whole run (docs/BENCHMARKS.md,
+    round 38)."""
 
     def __init__(self, cfg: ModelConfig, run_length: int, device: torch.device, dtype: torch.dtype):
         inv_freq, self.attention_scaling = inverse_frequencies(cfg, run_length)
         self.inv_freq = inv_freq.to(device)
         self.dtype = dtype
         self._cos = self._sin = None                            # [rows, D] in dtype
+        self._table(run_length)
 
     def _table(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The table, grown to hold positions [0, end)."""

@@ -240,3 +240,19 @@ def test_rope_spans_are_one_table_whatever_its_size(dtype):
     assert torch.equal(one, cos[0])                                     # 1-token passes see the verify pass's rows
     picked, _ = rope.tables(torch.tensor([[3001, 6]]))
     assert torch.equal(picked[0, 0], late_cos[0, 1]) and torch.equal(picked[0, 1], cos[0, 1])
+
+
+def test_rope_table_is_built_for_the_run_up_front():
+    """Rope(cfg, run_length) holds positions [0, run_length) from the start, so no pass of the run
+    grows it (a growth inside a timed --gamma auto probe priced that pass for the whole run), and
+    its rows are the bits a table grown pass by pass gives."""
+    cfg = dataclasses.replace(CFG, head_dim=64, num_heads=2, num_kv_heads=1, hidden_size=128)
+    rope = Rope(cfg, 1000, torch.device("cpu"), torch.bfloat16)
+    table = rope._cos
+    assert table is not None and table.shape[0] >= 1000 and table.shape[0] % 64 == 0
+    rope.span(998, 2, 1)
+    assert rope._cos is table                                           # not rebuilt within the run's positions
+    grown = Rope(cfg, 0, torch.device("cpu"), torch.bfloat16)          # lazily, pass by pass
+    for end in (1, 65, 129, 999, 1000):
+        grown.span(end - 1, 1, 1)
+    assert torch.equal(grown.span(0, 1000, 1)[0], rope.span(0, 1000, 1)[0])
