@@ -1179,8 +1179,10 @@ TF_INLINE void score_keys(const float* Qr, int64_t D, const scalar_t* k, int64_t
 constexpr int KEYS_ROWS = 6;
 // Items of 9-12 rows (T = 3, 4 for G = 3) take score_keys too, in two calls of half the rows each
 // (each transposes the 8 keys again): one layer, 30 layers' K/V in turn, T = 3 10-16% faster and
-// T = 4 2-12% than round 36's first 8 rows in the lanes + the rest with the keys in the lanes
-// (docs/bench/speed-zen3-r38). Three calls of 5-6 rows (T = 5, 6) were no faster than row vectors.
+// T = 4 2-16% (one build measured it 12% slower) than round 36's first 8 rows in the lanes + the
+// rest with the keys in the lanes (docs/bench/speed-zen3-r38). The second call writes lanes
+// R/2 .. R/2 + 7 <= 13 of each key's 16. Three calls of 5-6 rows (T = 5, 6) were no faster than
+// row vectors, and their last call's lanes would overrun 16.
 inline bool keys_in_lanes(int64_t R) { return R <= KEYS_ROWS || (R > 8 && R <= 2 * KEYS_ROWS); }
 
 // score_keys for nr (1..KEYS_ROWS) rows from row ra: St lanes ra..ra + 7 of each key (zeros past nr).
