@@ -236,6 +236,19 @@ def test_silu_mul_matches_twin(glue, torch_twin, dtype):
     assert torch.equal(out, linear_mod.silu_mul(gate.contiguous(), up.contiguous()))   # fused or not: same bits
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_matches_twin_at_the_ends_and_in_the_tail(glue, torch_twin, dtype):
+    """The vector paths clamp exp's argument (AVX2: 2^n built in the exponent bits): gates far
+    past where e^-g overflows or vanishes still give silu's limits (0 and g), and a width that is
+    not a multiple of the lanes ends in the scalar tail."""
+    ends = torch.tensor([-1e4, -200., -100., -88.5, -87.5, -20., -1e-3, 0., 1e-3, 20., 87.5, 88.5, 100., 200., 1e4])
+    gate = torch.cat([ends, torch.linspace(-30, 30, 1539 - len(ends))]).to(dtype)[None]   # [1, 1539]
+    up = torch.linspace(-2, 2, 1539).to(dtype)[None]
+    out = linear_mod.silu_mul(gate, up)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, torch_twin(linear_mod.silu_mul, gate, up), **GLUE_TOL[dtype])
+
+
 def test_glue_falls_back_under_autograd(glue):
     """Training (distillation) needs gradients: the ops take torch's path and gradients flow."""
     x = torch.randn(2, 8, requires_grad=True)

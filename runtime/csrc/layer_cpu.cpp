@@ -534,6 +534,20 @@ TF_INLINE __m512 rounded(__m512 v, const at::BFloat16*) {   // v rounded to bf16
 }
 #endif
 
+#if TF_AVX2
+inline __m256 bf16x8(const at::BFloat16* p) {   // 8 bf16 -> fp32 (exact)
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+// 8 fp32 -> bf16, rounded as bf16_round (AVX-512) rounds: to nearest even, NaN -> 0x7FC0.
+inline __m128i bf16_round8(__m256 f) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));   // each lane <= 0xFFFF
+}
+#endif
+
 // One row of rms_norm: out = w * round(x * rsqrt(mean(x^2) + eps)), the sum of squares in fp32 on
 // 16 lanes (then their sum), the normalized row rounded to T before the weight multiplies it, as
 // transformers' LlamaRMSNorm does.
@@ -655,6 +669,22 @@ void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const tor
             const __m512 g = _mm512_loadu_ps(gp + r * gs + f), u = _mm512_loadu_ps(up_ + r * us + f);
             const __m512 e = exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
             _mm512_storeu_ps(op + r * F + f, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)), u));
+          }
+#elif TF_AVX2
+        if constexpr (std::is_same_v<scalar_t, at::BFloat16>)   // 8 lanes, as the AVX-512 path's 16
+          for (; f + 8 <= F; f += 8) {
+            const __m256 g = bf16x8(reinterpret_cast<const at::BFloat16*>(gp + r * gs + f));
+            const __m256 u = bf16x8(reinterpret_cast<const at::BFloat16*>(up_ + r * us + f));
+            const __m256 e = exp2_ps8(_mm256_mul_ps(g, _mm256_set1_ps(-1.4426950408889634f)));
+            const __m256 s = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(op + r * F + f), bf16_round8(s));
+          }
+        else if constexpr (std::is_same_v<scalar_t, float>)
+          for (; f + 8 <= F; f += 8) {
+            const __m256 g = _mm256_loadu_ps(reinterpret_cast<const float*>(gp + r * gs + f));
+            const __m256 u = _mm256_loadu_ps(reinterpret_cast<const float*>(up_ + r * us + f));
+            const __m256 e = exp_ps8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+            _mm256_storeu_ps(reinterpret_cast<float*>(op + r * F + f), _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u));
           }
 #endif
         for (; f < F; ++f) {

@@ -117,6 +117,31 @@ inline unsigned cpu_family() {
 // and attention_cpu.cpp's AVX2 exp2_avx2.
 constexpr float EXP2_POLY[6] = {1.3276379e-3f, 9.6755102e-3f, 5.5507131e-2f, 2.4022120e-1f, 6.9314694e-1f, 1.0000001f};
 
+#if TF_AVX2
+// exp2_ps and exp_ps (below) on 8 lanes, for AVX2 (no scalef: 2^n is built in the exponent bits, so
+// x is clamped to where 2^n stays a normal float: 2^x to [2^-126, 2^127], e^x to [e^-87, e^88]).
+inline __m256 exp2_ps8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.f)), _mm256_set1_ps(127.f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(EXP2_POLY[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY[i]));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+inline __m256 exp_ps8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040);
+  for (float c : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+#endif
+
 #if TF_AVX512
 // 2^x, 16 lanes: 2^n * p(f), n = round(x), |f| <= 0.5, p the degree-5 minimax polynomial of 2^f
 // (relative error 2.4e-7 in fp32, a few ulps). Lanes below -150 give 0 (so -inf gives 0); lanes
