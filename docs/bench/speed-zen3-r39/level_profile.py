@@ -176,6 +176,10 @@ with torch.inference_mode():
         names = ["norm1", "qkv", "attention", "o", "norm2", "gate_up", "silu", "down"]
         per = [v / reps / 2.445e6 for v in t[:8]]
         print(f"threads {os.environ['LT']}: pass {dt*1e3:.2f} ms; in layers {sum(per):.2f} ms: " + ", ".join(f"{k} {v:.3f}" for k, v in zip(names, per)), flush=True)
+        if hasattr(lt, "qkvc"):   # layer_timers.patch + the K/V write timed apart (qkv_into_cache: RoPE, the cache's slots)
+            lt.qkvc(True)
+            for _ in range(reps): m(x, level.cache); level.cache.crop(n)
+            print(f"  of attention: qkv_into_cache {lt.qkvc(True) / reps / 2.445e6:.3f} ms per pass", flush=True)
     if os.environ.get("QVAR"):
         import glob, importlib.util
         from triforce.runtime import native, model as M
