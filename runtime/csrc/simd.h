@@ -116,29 +116,33 @@ inline unsigned cpu_family() {
 // 2^f for |f| <= 0.5: the degree-5 minimax polynomial (highest power first), shared by exp2_ps
 // and attention_cpu.cpp's AVX2 exp2_avx2.
 constexpr float EXP2_POLY[6] = {1.3276379e-3f, 9.6755102e-3f, 5.5507131e-2f, 2.4022120e-1f, 6.9314694e-1f, 1.0000001f};
+// e^r for |r| <= 0.35: its degree-7 Taylor polynomial (highest power first), and ln 2 in two parts
+// (Cody-Waite), shared by exp_ps and exp_ps8.
+constexpr float EXP_TAYLOR[8] = {1.f / 5040, 1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f};
+constexpr float LN2_HI = 0.693359375f, LN2_LO = -2.12194440e-4f, EXP_LOG2E = 1.44269504088896341f;
 
 #if TF_AVX2
 // exp2_ps and exp_ps (below) on 8 lanes, for AVX2 (no scalef: 2^n is built in the exponent bits, so
 // x is clamped to where 2^n stays a normal float: 2^x to [2^-126, 2^127], e^x to [e^-87, e^88]).
-inline __m256 exp2_ps8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.f)), _mm256_set1_ps(127.f));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(EXP2_POLY[0]);
-  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY[i]));
+// p * 2^n for integral n in [-126, 127] (the exponent bits built directly).
+TF_INLINE __m256 times_pow2(__m256 p, __m256 n) {
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
+inline __m256 exp2_ps8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.f)), _mm256_set1_ps(127.f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm256_sub_ps(x, n);
+  __m256 p = _mm256_set1_ps(EXP2_POLY[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY[i]));
+  return times_pow2(p, n);
+}
 inline __m256 exp_ps8(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.f / 5040);
-  for (float c : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_LO), _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), x));
+  __m256 p = _mm256_set1_ps(EXP_TAYLOR[0]);
+  for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_TAYLOR[i]));
+  return times_pow2(p, n);
 }
 #endif
 
@@ -160,12 +164,10 @@ inline __m512 exp2_ps(__m512 x) {
 // polynomial (truncation 6e-9), times 2^n. x is clamped to [-104, 89]: 0 and +inf at the ends.
 inline __m512 exp_ps(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.f)), _mm512_set1_ps(89.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  for (float c : {1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f}) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x));
+  __m512 p = _mm512_set1_ps(EXP_TAYLOR[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_TAYLOR[i]));
   return _mm512_scalef_ps(p, n);
 }
 #endif
