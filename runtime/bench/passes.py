@@ -19,6 +19,10 @@ just after each row's passes (`paired_read_gbs`, their mean; `x_roofline_paired`
 median against the roofline at that bandwidth): on a shared host whose bandwidth drifts within a
 run, the paired ratio is what the pass made of the bandwidth it had. (Not a probe between repeats:
 reading the probe's buffer would evict what consecutive passes, as in decoding, find in the caches.)
+
+Where a level runs its decoder layers in one native call (a CPU with the native kernels), each row
+also has `stages_ms`: the layers' wall time per pass by stage (norms, qkv, attention, o, gate_up,
+silu_mul, down; DecoderPlan.set_timing), so a pass far from its roofline says which part is.
 """
 from __future__ import annotations
 
@@ -34,6 +38,7 @@ from triforce.runtime.bench.registry import register
 from triforce.runtime.bench.report import fmt, markdown_table
 from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine, rebuild_retrieval
+from triforce.runtime.model import decoder_plan
 from triforce.runtime.errors import UserError
 from triforce.runtime.graphs import GraphedForward, whole_tokens
 
@@ -66,18 +71,29 @@ def fill_full_cache(cache, S: int, seed: int = 0) -> None:
     cache.length = S
 
 
-def time_pass(level, tokens: list[int], repeats: int) -> list[float]:
-    """Seconds of `repeats` T-token passes (after two warm-ups), each rolled back after."""
+def time_pass(level, tokens: list[int], repeats: int) -> tuple[list[float], dict | None]:
+    """Seconds of `repeats` T-token passes (after two warm-ups), each rolled back after, and where
+    the decoder layers' time went: {stage: ms per pass} where the level runs its layers in one
+    native call (model.decoder_plan; the warm-ups counted too), else None."""
     x = torch.tensor([tokens], device=level.model.device)            # [1, T]
     n = level.cache.get_seq_length()
     forward = timed(lambda: level.model(x, level.cache), x.device)  # [1, T, V]: T rows, as verify needs
+    plan = decoder_plan(level.model) if level.model.device.type == "cpu" else None
 
     def one_pass() -> float:
         seconds = forward()
         level.cache.crop(n)                                           # rolled back, untimed
         return seconds
 
-    return interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
+    if plan is not None:
+        plan.set_timing(True)
+    try:
+        seconds = interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
+    finally:
+        stages = {name: round(1000 * s, 3) for name, s in plan.stage_seconds()} if plan is not None else None
+        if plan is not None:
+            plan.set_timing(False)
+    return seconds, stages
 
 
 def time_graph_pass(level, tokens: list[int], repeats: int, capture: bool | None = None) -> list[float] | str:
@@ -147,7 +163,7 @@ def suite_passes(args: argparse.Namespace) -> dict:
             for T in args.pass_tokens:
                 tokens = ids[S - T + 1:S + 1] if S >= T else ids[:T]
                 before = probe()
-                seconds = time_pass(level, tokens, args.repeats)
+                seconds, stages = time_pass(level, tokens, args.repeats)
                 paired = probe_buffer.numel() * 4 / ((before + probe()) / 2) / 1e9   # GB/s around the row
                 ms = 1000 * statistics.median(seconds)
                 nbytes, flops = pass_cost(level.model, kv_tokens, T)
@@ -161,12 +177,17 @@ def suite_passes(args: argparse.Namespace) -> dict:
                            x_roofline=round(ms / roof, 2), x_t1=round(ms / ar_like[name], 2),
                            paired_read_gbs=round(paired, 2), x_roofline_paired=round(ms / roof_paired, 2),
                            ms_all=[round(1000 * t, 3) for t in seconds])   # every repeat: a noisy host's spread
+                if stages is not None:   # the decoder layers' stages, ms per pass (the rest: embedding, head, Python)
+                    row["stages_ms"] = stages
                 if graphs:
                     replayed = time_graph_pass(level, tokens, args.repeats)
                     row["graph_ms"] = replayed if isinstance(replayed, str) else \
                         round(1000 * statistics.median(replayed), 3)
                 rows.append(row)
                 print(table_passes(dict(rows=[row])).splitlines()[-1], flush=True)
+                if stages is not None:
+                    print(f"[passes] {name} T={T}: layers' stages (ms per pass) "
+                          + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()), flush=True)
         del levels
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the next context's cache is larger: give the blocks back

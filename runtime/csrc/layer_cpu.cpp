@@ -34,6 +34,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -838,6 +840,18 @@ class DecoderPlan {
     }
   }
 
+  // Where a pass's time goes (`triforce bench --suite passes`): while on, run() and run_packed()
+  // add each stage's wall time, all layers together, to its total (a clock read between stages,
+  // about 10 us a 30-layer pass); stage_seconds() gives them per pass since set_timing(true).
+  static constexpr const char* STAGE_NAMES[] = {"norms", "qkv", "attention", "o", "gate_up", "silu_mul", "down"};
+  enum Stage { NORMS, QKV, ATTENTION, O, GATE_UP, SILU_MUL, DOWN, STAGES };
+  void set_timing(bool on) { timing_ = on, stage_ns_.fill(0), timed_passes_ = 0; }
+  std::vector<std::pair<std::string, double>> stage_seconds() const {
+    std::vector<std::pair<std::string, double>> out;
+    for (int i = 0; i < STAGES; ++i) out.emplace_back(STAGE_NAMES[i], timed_passes_ ? 1e-9 * stage_ns_[i] / timed_passes_ : 0.0);
+    return out;
+  }
+
   // x [B, T, E] bf16 or fp32 (as every tensor), cos/sin [B, T, D]; k/v [L, B, Hkv, capacity, D]; writes slots [start, start + T)
   // of every layer; last_query [L, B, H, D] gets each layer's last rotated query when given.
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor k, torch::Tensor v,
@@ -851,6 +865,7 @@ class DecoderPlan {
     const Workspace::Views ws = buffers.views(N, E, H_ * D_ + 2 * Hkv_ * D_, ffn(), B, H_, T, D_, x.options());
     const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
     const std::vector<torch::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<torch::Tensor>();
+    if (timing_) ++timed_passes_;
     layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
       qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start, lqs.empty() ? torch::Tensor() : lqs[l]);
       return attend_(ws.qr, keys[l], values[l], scale_, std::nullopt).view({N, H_ * D_});   // [B, T, H, D] as [N, HD]
@@ -891,6 +906,7 @@ class DecoderPlan {
       qrs[i] = qflat.narrow(0, offset[i] * HD, sizes[i] * HD).view({1, H_, sizes[i], D_});   // [1, H, T_i, D]
       coss[i] = cos.narrow(1, offset[i], sizes[i]), sins[i] = sin.narrow(1, offset[i], sizes[i]);
     }
+    if (timing_) ++timed_passes_;
     layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
       for (int64_t i = 0; i < n; ++i) {
         qkv_into_cache(qkv.narrow(0, offset[i], sizes[i]), coss[i], sins[i], qrs[i],
@@ -923,16 +939,28 @@ class DecoderPlan {
   void layers(torch::Tensor& x, const Workspace::Views& ws, Attention&& attention) const {
     torch::Tensor down;                                                                       // the last layer's MLP output
     const int64_t F = ffn();
+    Laps lap(timing_ ? &stage_ns_ : nullptr);
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
       add_rms_norm(x, down, norm1_[l], eps_, ws.xn);            // x += the last layer's down (none at l = 0); xn = norm(x)
+      lap(NORMS);
       const torch::Tensor qkv = linear(ws.xn, lin[0], ws.qkv);                                // [N, HD + 2 KD]
-      add_rms_norm(x, linear(attention(l, qkv), lin[1], ws.o), norm2_[l], eps_, ws.xn);      // x += o; xn = norm(x)
+      lap(QKV);
+      const torch::Tensor att = attention(l, qkv);                                            // [N, HD]
+      lap(ATTENTION);
+      const torch::Tensor o = linear(att, lin[1], ws.o);                                      // [N, E]
+      lap(O);
+      add_rms_norm(x, o, norm2_[l], eps_, ws.xn);                                             // x += o; xn = norm(x)
+      lap(NORMS);
       const torch::Tensor gate_up = linear(ws.xn, lin[2], ws.gate_up);                        // [N, 2F]
+      lap(GATE_UP);
       silu_mul_into(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F), ws.act);
+      lap(SILU_MUL);
       down = linear(ws.act, lin[3], ws.down);
+      lap(DOWN);
     }
     if (down.defined()) residual_add(x, down);
+    lap(NORMS);
   }
 
   // y [N, O]: packed linears write `out` (the workspace's buffer), int8/int4 ones a new tensor
@@ -945,6 +973,22 @@ class DecoderPlan {
     if (kind == INT8) return int8_(x, packed, *scales, bias, O);
     return int4_(x, packed, bias, O);
   }
+
+  // Adds the wall time since the last lap to a stage's total; nothing when given no totals.
+  struct Laps {
+    std::array<int64_t, STAGES>* ns;
+    std::chrono::steady_clock::time_point t;
+    explicit Laps(std::array<int64_t, STAGES>* totals) : ns(totals) { if (ns) t = std::chrono::steady_clock::now(); }
+    void operator()(Stage stage) {
+      if (!ns) return;
+      const auto now = std::chrono::steady_clock::now();
+      (*ns)[stage] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - t).count();
+      t = now;
+    }
+  };
+  bool timing_ = false;
+  mutable std::array<int64_t, STAGES> stage_ns_{};
+  mutable int64_t timed_passes_ = 0;
 
   std::vector<torch::Tensor> norm1_, norm2_;
   double eps_;
@@ -974,5 +1018,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("run", &DecoderPlan::run, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"),
            py::arg("start"), py::arg("last_query") = py::none())
       .def("run_packed", &DecoderPlan::run_packed, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"),
-           py::arg("starts"), py::arg("sizes"), py::arg("last_query"));
+           py::arg("starts"), py::arg("sizes"), py::arg("last_query"))
+      .def("set_timing", &DecoderPlan::set_timing, py::arg("on"),
+           "on: run() adds each stage's wall time (norms, qkv, attention, o, gate_up, silu_mul, down); resets the totals")
+      .def("stage_seconds", &DecoderPlan::stage_seconds, "[(stage, seconds per pass)] since set_timing(True)");
 }
