@@ -85,15 +85,14 @@ def time_pass(level, tokens: list[int], repeats: int) -> tuple[list[float], dict
         level.cache.crop(n)                                           # rolled back, untimed
         return seconds
 
-    if plan is not None:
-        plan.set_timing(True)
+    if plan is None:
+        return interleaved({"pass": one_pass}, repeats, warmup=2)["pass"], None
+    plan.set_timing(True)
     try:
         seconds = interleaved({"pass": one_pass}, repeats, warmup=2)["pass"]
+        return seconds, {name: round(1000 * s, 3) for name, s in plan.stage_seconds()}
     finally:
-        stages = {name: round(1000 * s, 3) for name, s in plan.stage_seconds()} if plan is not None else None
-        if plan is not None:
-            plan.set_timing(False)
-    return seconds, stages
+        plan.set_timing(False)
 
 
 def time_graph_pass(level, tokens: list[int], repeats: int, capture: bool | None = None) -> list[float] | str:

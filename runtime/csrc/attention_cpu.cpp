@@ -1082,16 +1082,9 @@ void run_item_scalar(const Shape& sh, const scalar_t* q, const scalar_t* k, cons
 // T = 16 4.98 -> 3.20; 32K T = 8 10.2 -> 6.7 (docs/bench/speed-zen3-r36/attention_variants.txt).
 constexpr int NB2 = 64;   // keys per V block (Vf: 64 rows)
 
-// 2^x for x <= 0 (lanes below -126, -inf included, give 0): 2^round(x) * p(f) as exp2_ps (simd.h).
+// 2^x for x <= 0, lanes below -126 (-inf included) exactly 0: exp2_ps8 (simd.h) with its floor masked.
 inline __m256 exp2_avx2(__m256 x) {
-  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-126.f));
-  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(x, n);
-  __m256 p = _mm256_set1_ps(EXP2_POLY[0]);
-  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(EXP2_POLY[i]));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-126.f), _CMP_LT_OQ), exp2_ps8(x));
 }
 
 // GCC folds a vector used by several FMAs into each as a memory operand (one load per FMA, so the

@@ -537,9 +537,6 @@ TF_INLINE __m512 rounded(__m512 v, const at::BFloat16*) {   // v rounded to bf16
 #endif
 
 #if TF_AVX2
-inline __m256 bf16x8(const at::BFloat16* p) {   // 8 bf16 -> fp32 (exact)
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
 // 8 fp32 -> bf16, rounded as bf16_round (AVX-512) rounds: to nearest even, NaN -> 0x7FC0.
 inline __m128i bf16_round8(__m256 f) {
   const __m256i u = _mm256_castps_si256(f);
@@ -675,8 +672,7 @@ void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const tor
 #elif TF_AVX2
         if constexpr (std::is_same_v<scalar_t, at::BFloat16>)   // 8 lanes, as the AVX-512 path's 16
           for (; f + 8 <= F; f += 8) {
-            const __m256 g = bf16x8(reinterpret_cast<const at::BFloat16*>(gp + r * gs + f));
-            const __m256 u = bf16x8(reinterpret_cast<const at::BFloat16*>(up_ + r * us + f));
+            const __m256 g = bf16x8(gp + r * gs + f), u = bf16x8(up_ + r * us + f);
             const __m256 e = exp2_ps8(_mm256_mul_ps(g, _mm256_set1_ps(-1.4426950408889634f)));
             const __m256 s = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u);
             _mm_storeu_si128(reinterpret_cast<__m128i*>(op + r * F + f), bf16_round8(s));
@@ -845,7 +841,11 @@ class DecoderPlan {
   // about 10 us a 30-layer pass); stage_seconds() gives them per pass since set_timing(true).
   static constexpr const char* STAGE_NAMES[] = {"norms", "qkv", "attention", "o", "gate_up", "silu_mul", "down"};
   enum Stage { NORMS, QKV, ATTENTION, O, GATE_UP, SILU_MUL, DOWN, STAGES };
-  void set_timing(bool on) { timing_ = on, stage_ns_.fill(0), timed_passes_ = 0; }
+  void set_timing(bool on) {
+    timing_ = on;
+    stage_ns_.fill(0);
+    timed_passes_ = 0;
+  }
   std::vector<std::pair<std::string, double>> stage_seconds() const {
     std::vector<std::pair<std::string, double>> out;
     for (int i = 0; i < STAGES; ++i) out.emplace_back(STAGE_NAMES[i], timed_passes_ ? 1e-9 * stage_ns_[i] / timed_passes_ : 0.0);

@@ -264,10 +264,6 @@ constexpr int NR2 = 2;   // x rows per tile: 2 x 2 int32 sums + 2 x 2 fp32 accum
 
 inline void prefetch_weights(const uint8_t* p) { _mm_prefetch((const char*)p, _MM_HINT_T0); }
 
-inline __m256 bf16x8(const void* p) {   // 8 bf16 -> fp32
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
-}
-
 template <typename T> inline void load32(const T* p, int64_t left, __m256 v[4]) {   // 32 columns as fp32, 0 past left
   if (left >= GROUP) {
     for (int i = 0; i < 4; ++i) {

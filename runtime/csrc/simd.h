@@ -114,7 +114,7 @@ inline unsigned cpu_family() {
 }
 
 // 2^f for |f| <= 0.5: the degree-5 minimax polynomial (highest power first), shared by exp2_ps
-// and attention_cpu.cpp's AVX2 exp2_avx2.
+// and exp2_ps8.
 constexpr float EXP2_POLY[6] = {1.3276379e-3f, 9.6755102e-3f, 5.5507131e-2f, 2.4022120e-1f, 6.9314694e-1f, 1.0000001f};
 // e^r for |r| <= 0.35: its degree-7 Taylor polynomial (highest power first), and ln 2 in two parts
 // (Cody-Waite), shared by exp_ps and exp_ps8.
@@ -122,9 +122,14 @@ constexpr float EXP_TAYLOR[8] = {1.f / 5040, 1.f / 720, 1.f / 120, 1.f / 24, 1.f
 constexpr float LN2_HI = 0.693359375f, LN2_LO = -2.12194440e-4f, EXP_LOG2E = 1.44269504088896341f;
 
 #if TF_AVX2
-// exp2_ps and exp_ps (below) on 8 lanes, for AVX2 (no scalef: 2^n is built in the exponent bits, so
-// x is clamped to where 2^n stays a normal float: 2^x to [2^-126, 2^127], e^x to [e^-87, e^88]).
-// p * 2^n for integral n in [-126, 127] (the exponent bits built directly).
+// 8 bf16 -> fp32 (exact: bf16 is fp32's top half).
+TF_INLINE __m256 bf16x8(const void* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(static_cast<const __m128i*>(p))), 16));
+}
+
+// exp2_ps and exp_ps (below) on 8 lanes, for AVX2. With no scalef, 2^n is built in the exponent
+// bits, so x is clamped to where 2^n stays a normal float: 2^x to [2^-126, 2^127], e^x to [e^-87, e^88].
+// p * 2^n for integral n in [-126, 127]:
 TF_INLINE __m256 times_pow2(__m256 p, __m256 n) {
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
