@@ -12,6 +12,7 @@ One KV layout everywhere: keys and values are [B, Hkv, S, D] per layer (heads-ma
 SDPA wants them; flash-attn receives a transposed view, never a copy).
 """
 
-from triforce.runtime.allocator import keep_freed_memory
+from triforce.runtime.allocator import ask_for_huge_pages, keep_freed_memory
 
 keep_freed_memory()   # before the decode loop's first allocations (runtime/allocator.py)
+ask_for_huge_pages()  # before torch's first allocation, where triforce is imported first

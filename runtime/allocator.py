@@ -1,4 +1,6 @@
-"""glibc's allocator, told to keep freed memory for reuse (Linux; a no-op elsewhere).
+"""The host allocator, set once per process at import (Linux; no-ops elsewhere).
+
+keep_freed_memory: glibc's allocator, told to keep freed memory for reuse.
 
 Each round of a decode loop allocates a few tensors of 0.2-1 MB (logits rows [k, V] fp32,
 distributions, their residuals). With glibc's defaults, blocks that size are mapped fresh from the
@@ -8,6 +10,14 @@ again: on a VM, 3-7x the cost of the arithmetic. Measured in `ar`'s decode loop 
 blocks below 64 MB served from the heap and up to 256 MB of freed heap kept
 (docs/BENCHMARKS.md, round 4). The KV caches and weights, larger than that, are still mapped.
 TRIFORCE_MALLOC=0 leaves the allocator as it is.
+
+ask_for_huge_pages: torch's large CPU blocks (weights, KV caches) on transparent huge pages. A pass
+streams hundreds of MB through the TLB, 4 KB at a time by default; with 2 MB pages, measured in one
+process with the same data on either (docs/BENCHMARKS.md, round 40): packed bf16 linears of the
+default model 1.05-1.06x faster, attention over 30 layers' K/V 0.99-1.05x. torch does it itself when
+THP_MEM_ALLOC_ENABLE=1 is set before its first allocation (blocks of 2 MB or more are advised
+MADV_HUGEPAGE; c10/core/alloc_cpu.cpp), so importing triforce.runtime before torch allocates turns
+it on; THP_MEM_ALLOC_ENABLE=0 in the environment keeps it off.
 """
 from __future__ import annotations
 
@@ -16,6 +26,7 @@ import ctypes.util
 import os
 import sys
 
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"   # "always [madvise] never"
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3   # glibc's mallopt parameters (malloc.h)
 MAPPED_FROM = 64 << 20      # blocks at least this large are mapped (and unmapped) as before
 KEPT = 256 << 20            # freed heap kept for reuse before it is returned to the kernel
@@ -32,3 +43,14 @@ def keep_freed_memory() -> bool:
         return False
     return all(mallopt(param, value) == 1 for param, value in
                ((M_MMAP_THRESHOLD, MAPPED_FROM), (M_TRIM_THRESHOLD, KEPT), (M_TOP_PAD, MAPPED_FROM)))
+
+
+def ask_for_huge_pages() -> bool:
+    """Sets THP_MEM_ALLOC_ENABLE=1 unless already set or the kernel gives no huge pages; True if on."""
+    try:
+        with open(THP_ENABLED) as f:
+            if "[never]" in f.read():
+                return False
+    except OSError:   # not Linux, or a kernel without transparent huge pages
+        return False
+    return os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1") == "1"
