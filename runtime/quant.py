@@ -30,7 +30,7 @@ import torch.nn as nn
 from triforce.runtime import native
 from triforce.runtime.config import WEIGHT_KINDS
 from triforce.runtime.errors import UserError
-from triforce.runtime.ops import Linear, PackedLinear, dense_weight
+from triforce.runtime.ops import Linear, PackedLinear, dense_weight, one_allocation
 
 INT4_GROUP = 32                           # input columns sharing one int4 scale and zero
 GROUP, BLOCK = 32, 16                     # native layout: columns per group, output rows per block
@@ -329,12 +329,15 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
         out.lm_head = PrunedHead(out.lm_head, kept, model.cfg.vocab_size)
     head = head or HEAD_KIND[weights]
     in_head = set(map(id, out.lm_head.modules())) | {id(out.lm_head)}
+    quantized = []
     for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
         for name, child in list(parent.named_children()):
             if isinstance(child, (nn.Linear, PackedLinear)):   # nn.Linear, ops.Linear and ops.PackedLinear
                 kind = head if id(child) in in_head else weights
                 if kind != "same":
-                    setattr(parent, name, QUANTIZED[kind](child))
+                    quantized.append(QUANTIZED[kind](child))
+                    setattr(parent, name, quantized[-1])
+    one_allocation(quantized)                      # its own blocks only: those it shares stay where they are
     for m in out.modules():
         if isinstance(m, Int4Linear):
             m._codes = None

@@ -260,6 +260,41 @@ def test_lower_levels_of_a_packed_model_equal_those_of_the_dense_one(tiny_target
                                    rtol=2 ** -6, atol=0.05)
 
 
+def test_packed_and_quantized_weights_share_one_allocation_and_compute_the_same(tiny_target):
+    """ops.one_allocation: a packed model's weights, and a quantized copy's own ones, are views of
+    one allocation, each on a page boundary, holding the bytes they held (so the same outputs);
+    what a copy shares with its model stays where it was."""
+    from triforce.runtime.ops import PAGE, PackedLinear, one_allocation, pack, pack_linears, packable
+    dense = copy.deepcopy(tiny_target).bfloat16()
+    if not packable(dense.lm_head):
+        pytest.skip("the packed bf16 kernel did not build here")
+    packed = pack_linears(copy.deepcopy(dense))
+    linears = [m for m in packed.modules() if isinstance(m, PackedLinear)]
+    assert len(linears) > 2
+    storages = {m.packed.untyped_storage().data_ptr() for m in linears}
+    assert len(storages) == 1, "one allocation"
+    assert all(m.packed.data_ptr() % PAGE == 0 for m in linears)
+    for m, (name, d) in zip(linears, [(n, c) for n, c in dense.named_modules() if isinstance(c, torch.nn.Linear)]):
+        assert torch.equal(m.packed, pack(d.weight.detach())), name
+    for weights in ("int8", "int4"):
+        low = lower_level_copy(packed, weights)
+        own = [m for m in low.modules() if isinstance(m._buffers.get("packed"), torch.Tensor)]
+        ptrs = {m.packed.untyped_storage().data_ptr() for m in own}
+        assert len(ptrs) == 1 and ptrs != storages, weights
+        apart = lower_level_copy(packed, weights)
+        for m in apart.modules():   # the same copy with each block back in an allocation of its own
+            if isinstance(m._buffers.get("packed"), torch.Tensor):
+                m._buffers["packed"] = m.packed.clone()
+        pairs = [(a, b) for (name, a), (_, b) in zip(low.named_modules(), apart.named_modules())
+                 if isinstance(a._buffers.get("packed"), torch.Tensor)]
+        assert len(pairs) == len(own)
+        with torch.inference_mode():
+            for a, b in pairs:
+                x = torch.randn(3, a.in_features).bfloat16()
+                assert torch.equal(a(x), b(x)), (weights, type(a).__name__)
+    one_allocation([])   # nothing to move: a no-op
+
+
 # --- greedy identity on the real default model ---
 
 @pytest.fixture(scope="module")
