@@ -223,7 +223,8 @@ def one_allocation(modules: list[nn.Module], name: str = "packed") -> None:
     under that (SmolLM2-135M: qkv, o and down in bf16, every int4 block). 120 one-row linears of its
     shapes, one process, separate blocks against one allocation (docs/BENCHMARKS.md, round 40):
     packed bf16 1.04-1.07x faster, int4 0.99-1.10x. Each old buffer is freed as its bytes move."""
-    owners = [m for m in modules if isinstance(m._buffers.get(name), torch.Tensor) and m._buffers[name].device.type == "cpu"]
+    owners = [m for m in modules
+              if isinstance(m._buffers.get(name), torch.Tensor) and m._buffers[name].device.type == "cpu"]
     if len(owners) < 2:
         return
     sizes = [m._buffers[name].numel() * m._buffers[name].element_size() for m in owners]
