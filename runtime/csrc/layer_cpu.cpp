@@ -659,7 +659,7 @@ void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const tor
           for (; f + 16 <= F; f += 16) {
             const __m512 g = bf16x16(reinterpret_cast<const at::BFloat16*>(gp + r * gs + f));
             const __m512 u = bf16x16(reinterpret_cast<const at::BFloat16*>(up_ + r * us + f));
-            const __m512 e = exp2_ps(_mm512_mul_ps(g, _mm512_set1_ps(-1.4426950408889634f)));
+            const __m512 e = exp2_ps(_mm512_mul_ps(g, _mm512_set1_ps(-EXP_LOG2E)));
             const __m512 s = _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.f), e)), u);
             _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + r * F + f), (__m256i)_mm512_cvtneps_pbh(s));
           }
@@ -673,7 +673,7 @@ void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const tor
         if constexpr (std::is_same_v<scalar_t, at::BFloat16>)   // 8 lanes, as the AVX-512 path's 16
           for (; f + 8 <= F; f += 8) {
             const __m256 g = bf16x8(gp + r * gs + f), u = bf16x8(up_ + r * us + f);
-            const __m256 e = exp2_ps8(_mm256_mul_ps(g, _mm256_set1_ps(-1.4426950408889634f)));
+            const __m256 e = exp2_ps8(_mm256_mul_ps(g, _mm256_set1_ps(-EXP_LOG2E)));
             const __m256 s = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u);
             _mm_storeu_si128(reinterpret_cast<__m128i*>(op + r * F + f), bf16_round8(s));
           }
@@ -682,7 +682,8 @@ void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const tor
             const __m256 g = _mm256_loadu_ps(reinterpret_cast<const float*>(gp + r * gs + f));
             const __m256 u = _mm256_loadu_ps(reinterpret_cast<const float*>(up_ + r * us + f));
             const __m256 e = exp_ps8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-            _mm256_storeu_ps(reinterpret_cast<float*>(op + r * F + f), _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u));
+            const __m256 s = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), u);
+            _mm256_storeu_ps(reinterpret_cast<float*>(op + r * F + f), s);
           }
 #endif
         for (; f < F; ++f) {
