@@ -143,6 +143,15 @@ def copy_length(cost: PassCost, alpha: float, most: int) -> int:
     return max(range(1, most + 1), key=lambda n: (expected_tokens(alpha, n) / cost(n + 1), -n))
 
 
+def free_draft_seconds(cost: PassCost, alpha: float, most: int) -> tuple[float, int]:
+    """The top level's seconds per token if the levels below drafted for free at its acceptance
+    alpha: the best over γ in 1..most of cost(γ + 1) / E(α, γ), and that γ. No stack whose top
+    level runs these passes beats it, so where it is above an aim the top level's verify passes
+    (their cost per token, or alpha) stand in the way, not the drafting; alpha = 1 gives the bound
+    of drafts that are always right."""
+    return min((cost(g + 1) / expected_tokens(alpha, g), g) for g in range(1, most + 1))
+
+
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
     """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token."""
     memo, costs = {}, [functools.cache(c) for c in costs]   # each pass cost is interpolated once per T
@@ -352,13 +361,19 @@ class GammaTuner:
                   + (f"; a round verifying a context copy of up to {cap} tokens instead: predicted "
                      f"{1000 * copy_s:.1f} ms/token" if self.copies else ""))
         copies = dict(copy_predicted_ms_per_token=round(1000 * copy_s, 3)) if self.copies else {}
+        free, free_g = free_draft_seconds(self.costs[-1], self.alphas()[-1], self.caps[-1])
+        best, best_g = free_draft_seconds(self.costs[-1], 1.0, self.caps[-1])
+        reason += (f"; with free drafts the target's own passes allow {1000 * free:.1f} ms/token at its acceptance "
+                   f"(gamma2 {free_g}) and {1000 * best:.1f} with every draft right (gamma2 {best_g})")
+        ceiling = dict(free_drafts_ms_per_token=round(1000 * free, 3), free_drafts_gamma2=free_g,
+                       right_drafts_ms_per_token=round(1000 * best, 3), right_drafts_gamma2=best_g)
         return {"gamma": dict(
             policy="auto", gammas=list(self.gammas), predicted_ms_per_token=round(1000 * self.predicted, 3), **copies,
             target_alone_ms_per_token=round(1000 * ar, 3), probe_s=round(self.probe_s, 4), probe_reused=self.reused,
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
-            copy_cap=cap,
+            copy_cap=cap, ceiling=ceiling,
             reason=reason)}
 
 

@@ -164,6 +164,15 @@ def test_rows_of_gamma_auto_runs_pool_the_choices_of_every_repeat():
     assert row["gamma"]["rounds_per_choice"] == {"1,3": 3, "1,4": 2}
     assert row["gamma"]["probe_s"]["all"] == [0.3, 0.5] and row["gamma"]["pass_ms"]["target"]["6"] == 31.0
     assert row["request_s"]["all"] == [0.88, 1.096]          # own prefill + probe + decode, per repeat
+    assert "ceiling_vs_ar" not in row["gamma"]                # stats from before the tuner reported its bound
+    with_bound = [stats(10.0, 0.3, {"1,4": 2}), stats(12.0, 0.5, {"1,3": 2})]
+    for s, (free, right) in zip(with_bound, ((16.0, 8.0), (10.0, 5.0))):
+        s["gamma"].update(target_alone_ms_per_token=20.0, ceiling=dict(free_drafts_ms_per_token=free, right_drafts_ms_per_token=right))
+    row = summarize(RunConfig(mode="triforce"), [1, 2, 3], with_bound, 0.5)
+    assert row["gamma"]["ceiling_vs_ar"] == {"free_drafts": 1.625, "right_drafts": 3.25}   # medians of 1.25, 2.0 / 2.5, 4.0
+    from triforce.runtime.bench.suites import table_modes
+    row.update(context=3, speedup_vs_ar=None)
+    assert "3 T = 0.0 triforce 1.62x / 3.25x" in table_modes(dict(rows=[row]))
     fixed = {k: v for k, v in stats(20.0, 0.0, {}).items() if k != "gamma"}   # a fixed γ reports no choice
     row = summarize(RunConfig(mode="triforce"), [1, 2, 3], [fixed], 0.5)
     assert "gamma" not in row and row["request_s"]["all"] == [0.66]

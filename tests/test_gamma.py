@@ -8,7 +8,7 @@ import torch
 
 from triforce.runtime import gamma
 from triforce.runtime.gamma import (EXPLORE_TOKENS, REFRESH_ROUNDS, REPROBE_ROUNDS, SEEN_PASSES, GammaTuner, PassCost, auto_caps,
-                                    choose, copy_length, corrected, expected_tokens, load_costs, non_decreasing, per_token_acceptance,
+                                    choose, copy_length, corrected, expected_tokens, free_draft_seconds, load_costs, non_decreasing, per_token_acceptance,
                                     probe_lengths, probe_pass_costs, save_costs, seconds_per_token, smoothed_acceptance)
 from triforce.runtime.speculate import LevelStats, PassTimes
 
@@ -124,6 +124,43 @@ def test_tuner_prices_copy_rounds_in_its_stats():
     assert tuner.stats()["gamma"]["copy_predicted_ms_per_token"] > g["copy_predicted_ms_per_token"]
     tuner.copies = False                                                  # --no-lookup: no copy rounds to price
     assert "copy_predicted_ms_per_token" not in tuner.stats()["gamma"] and "copy" not in tuner.stats()["gamma"]["reason"]
+
+
+def test_no_stack_beats_its_top_levels_free_draft_bound():
+    """free_draft_seconds is a floor: for any lower levels and γs, the stack's seconds per token
+    are at least the top level's own passes per token at its acceptance with drafting free, and
+    that floor is the best γ of the top level's cost per expected token."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        r = torch.rand(8, generator=g).tolist()
+        costs = [PassCost(((1, 0.001 + 0.004 * r[0]),)), PassCost(((1, 0.004 + 0.01 * r[1]), (13, 0.02 + 0.05 * r[2]))),
+                 PassCost(((1, 0.03 + 0.05 * r[3]), (13, 0.04 + 0.4 * r[4])))]
+        alphas = [0.2 + 0.79 * r[5], 0.2 + 0.79 * r[6]]
+        floor, best_g = free_draft_seconds(costs[-1], alphas[-1], 12)
+        assert floor == pytest.approx(min(costs[-1](k + 1) / expected_tokens(alphas[-1], k) for k in range(1, 13)))
+        assert floor == pytest.approx(costs[-1](best_g + 1) / expected_tokens(alphas[-1], best_g))
+        for gammas in ((0, 1), (1, 2), (3, 5), (4, 12), (2, 7)):
+            assert seconds_per_token(costs, alphas, gammas) >= floor - 1e-12
+        assert free_draft_seconds(costs[-1], 1.0, 12)[0] <= floor      # right drafts: the lowest floor
+    # a verifier whose passes cost as much per token as a 1-token pass gains nothing even from right drafts
+    linear = PassCost(((1, 0.01), (13, 0.13)))
+    assert free_draft_seconds(linear, 1.0, 12)[0] == pytest.approx(0.01)
+
+
+def test_tuner_reports_what_its_top_level_allows_with_free_drafts():
+    """stats.gamma.ceiling: the target's own bound with free drafts at its acceptance and with right
+    drafts, in ms per token, the γ2 of each, and the same in the reason."""
+    costs = [PassCost(((1, 0.001),)), PassCost(((1, 0.005), (13, 0.008))), PassCost(((1, 0.035), (13, 0.171)))]
+    stack = [level(), level(drafted=30, accepted=20), level(drafted=40, accepted=30)]
+    for lv, name in zip(stack, ("drafter", "retrieval", "target")):
+        lv.name = name
+    tuner = GammaTuner(stack, costs, caps=(4, 12))
+    assert tuner.pick()[-1] >= 1                        # the target verifies drafts here
+    c = tuner.stats()["gamma"]["ceiling"]
+    free, free_g = free_draft_seconds(costs[-1], tuner.alphas()[-1], 12)
+    assert c["free_drafts_ms_per_token"] == round(1000 * free, 3) and c["free_drafts_gamma2"] == free_g
+    assert c["right_drafts_ms_per_token"] <= c["free_drafts_ms_per_token"] <= tuner.stats()["gamma"]["predicted_ms_per_token"]
+    assert f"allow {1000 * free:.1f} ms/token" in tuner.stats()["gamma"]["reason"]
 
 
 def test_tuner_reprobes_a_level_it_switched_off():

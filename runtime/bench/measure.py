@@ -126,6 +126,11 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
         row["gamma"] = dict(rounds_per_choice=dict(rounds.most_common()),
                             probe_s=spread([s["gamma"]["probe_s"] for s in stats], 4),
                             pass_ms=stats[0]["gamma"]["pass_ms"])
+        ceilings = [(s["gamma"]["target_alone_ms_per_token"], s["gamma"]["ceiling"]) for s in stats if "ceiling" in s["gamma"]]
+        if ceilings:   # the most a stack on these target passes could reach over `ar` (gamma.free_draft_seconds)
+            row["gamma"]["ceiling_vs_ar"] = {
+                kind: round(statistics.median(alone / c[f"{kind}_ms_per_token"] for alone, c in ceilings), 3)
+                for kind in ("free_drafts", "right_drafts")}
     return row
 
 

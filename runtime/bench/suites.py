@@ -247,6 +247,12 @@ def table_modes(report: dict) -> str:
             for r in report["rows"]]
     table = markdown_table(["context", "T", "mode", "decode ms/token (min-max)", "x ar", "x ar (paired)", "tokens/target pass",
                             "acceptance", "own prefill s", "request s", "request x ar"], body)
+    ceilings = [r for r in report["rows"] if r.get("gamma", {}).get("ceiling_vs_ar")]
+    if ceilings:
+        table += ("\n\nThe most `--gamma auto`'s cost model allows over the target alone, at each row's measured target "
+                  "passes: with free drafts at the target's acceptance / with every draft right: "
+                  + "; ".join(f"{r['context']} T = {r['temperature']} {r['mode']} {r['gamma']['ceiling_vs_ar']['free_drafts']:.2f}x"
+                              f" / {r['gamma']['ceiling_vs_ar']['right_drafts']:.2f}x" for r in ceilings) + ".")
     budgets = {r["context"]: r["budget"] for r in report["rows"] if r.get("budget")}
     if budgets:
         table += ("\n\nRetrieval budget (tokens): "
