@@ -145,11 +145,12 @@ def copy_length(cost: PassCost, alpha: float, most: int) -> int:
 
 def free_draft_seconds(cost: PassCost, alpha: float, most: int) -> tuple[float, int]:
     """The top level's seconds per token if the levels below drafted for free at its acceptance
-    alpha: the best over γ in 1..most of cost(γ + 1) / E(α, γ), and that γ. No stack whose top
-    level runs these passes beats it, so where it is above an aim the top level's verify passes
-    (their cost per token, or alpha) stand in the way, not the drafting; alpha = 1 gives the bound
-    of drafts that are always right."""
-    return min((cost(g + 1) / expected_tokens(alpha, g), g) for g in range(1, most + 1))
+    alpha: the best over γ in 0..most of cost(γ + 1) / E(α, γ), and that γ (0: the top level
+    alone does best, or most is 0: no room to draft). No stack whose top level runs these passes
+    beats it, so where it is above an aim the top level's verify passes (their cost per token, or
+    alpha) stand in the way, not the drafting; alpha = 1 gives the bound of drafts that are
+    always right."""
+    return min((cost(g + 1) / expected_tokens(alpha, g), g) for g in range(0, most + 1))
 
 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:

@@ -137,14 +137,17 @@ def test_no_stack_beats_its_top_levels_free_draft_bound():
                  PassCost(((1, 0.03 + 0.05 * r[3]), (13, 0.04 + 0.4 * r[4])))]
         alphas = [0.2 + 0.79 * r[5], 0.2 + 0.79 * r[6]]
         floor, best_g = free_draft_seconds(costs[-1], alphas[-1], 12)
-        assert floor == pytest.approx(min(costs[-1](k + 1) / expected_tokens(alphas[-1], k) for k in range(1, 13)))
+        assert floor == pytest.approx(min(costs[-1](k + 1) / expected_tokens(alphas[-1], k) for k in range(0, 13)))
         assert floor == pytest.approx(costs[-1](best_g + 1) / expected_tokens(alphas[-1], best_g))
-        for gammas in ((0, 1), (1, 2), (3, 5), (4, 12), (2, 7)):
+        for gammas in ((0, 0), (0, 1), (1, 2), (3, 5), (4, 12), (2, 7)):
             assert seconds_per_token(costs, alphas, gammas) >= floor - 1e-12
         assert free_draft_seconds(costs[-1], 1.0, 12)[0] <= floor      # right drafts: the lowest floor
     # a verifier whose passes cost as much per token as a 1-token pass gains nothing even from right drafts
     linear = PassCost(((1, 0.01), (13, 0.13)))
     assert free_draft_seconds(linear, 1.0, 12)[0] == pytest.approx(0.01)
+    assert free_draft_seconds(linear, 0.9, 0) == (0.01, 0)            # no room to draft (one token left): the target alone
+    dear = PassCost(((1, 0.01), (13, 0.37)))                          # each token 3x a 1-token pass: drafts never pay
+    assert free_draft_seconds(dear, 0.5, 12) == (0.01, 0)
 
 
 def test_tuner_reports_what_its_top_level_allows_with_free_drafts():
@@ -161,6 +164,8 @@ def test_tuner_reports_what_its_top_level_allows_with_free_drafts():
     assert c["free_drafts_ms_per_token"] == round(1000 * free, 3) and c["free_drafts_gamma2"] == free_g
     assert c["right_drafts_ms_per_token"] <= c["free_drafts_ms_per_token"] <= tuner.stats()["gamma"]["predicted_ms_per_token"]
     assert f"allow {1000 * free:.1f} ms/token" in tuner.stats()["gamma"]["reason"]
+    one_left = GammaTuner(stack, costs, caps=(0, 0))                  # a 1-token request: no room to draft
+    assert one_left.pick() == (0, 0) and one_left.stats()["gamma"]["ceiling"]["free_drafts_gamma2"] == 0
 
 
 def test_tuner_reprobes_a_level_it_switched_off():
