@@ -140,17 +140,25 @@ def copy_length(cost: PassCost, alpha: float, most: int) -> int:
     a copied token's chance to pass. Where a wider pass costs little (a GPU, AVX-512 BF16) that is
     `most` unless copies are rarely right; where each token adds much (an AVX2 CPU: 13 tokens cost
     4.9x one at 7K) a short copy."""
-    return max(range(1, most + 1), key=lambda n: (expected_tokens(alpha, n) / cost(n + 1), -n))
+    return best_offer(cost, alpha, 1, most)
+
+
+def best_offer(cost: PassCost, alpha: float, least: int, most: int) -> int:
+    """The n in least..most whose verify pass commits the most expected tokens per second,
+    expected_tokens(α, n) / cost(n + 1) (the shorter on ties): a copy's length, or the γ of drafts
+    that cost nothing (free_draft_seconds)."""
+    return max(range(least, most + 1), key=lambda n: (expected_tokens(alpha, n) / cost(n + 1), -n))
 
 
 def free_draft_seconds(cost: PassCost, alpha: float, most: int) -> tuple[float, int]:
     """The top level's seconds per token if the levels below drafted for free at its acceptance
-    alpha: the best over γ in 0..most of cost(γ + 1) / E(α, γ), and that γ (0: the top level
-    alone does best, or most is 0: no room to draft). No stack whose top level runs these passes
-    beats it, so where it is above an aim the top level's verify passes (their cost per token, or
-    alpha) stand in the way, not the drafting; alpha = 1 gives the bound of drafts that are
-    always right."""
-    return min((cost(g + 1) / expected_tokens(alpha, g), g) for g in range(0, most + 1))
+    alpha: cost(γ + 1) / E(α, γ) at the best γ in 0..most (best_offer), and that γ (0: the top
+    level alone does best, or most is 0: no room to draft). No stack whose top level runs these
+    passes beats it, so where it is above an aim the top level's verify passes (their cost per
+    token, or alpha) stand in the way, not the drafting; alpha = 1 gives the bound of drafts that
+    are always right."""
+    g = best_offer(cost, alpha, 0, most)
+    return cost(g + 1) / expected_tokens(alpha, g), g
 
 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
