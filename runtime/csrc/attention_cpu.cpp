@@ -60,7 +60,7 @@
 //
 // Built with -march=native; without avx512f/avx512bw/avx512dq/avx512_bf16 (or in the portable build) a
 // scalar path with the same chunking runs instead.
-#include <torch/extension.h>
+#include "torch_api.h"
 #include <ATen/Parallel.h>
 #include <omp.h>
 
@@ -1340,7 +1340,7 @@ bool dot_default() {
 // q [B, H, T, D], k/v [B, Hkv, S, D] (stride 1 in D) -> out [B, T, H, D], dtype of q.
 // dot_bf16: bf16 products on vdpbf16ps (true) or widened to fp32 for vfmadd (false); None
 // picks per CPU (dot_default).
-torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale, std::optional<bool> dot_bf16) {
+at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, double scale, std::optional<bool> dot_bf16) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attend: q, k, v must be 4-D, got ", q.sizes(), k.sizes(), v.sizes());
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(), "attend: dtypes differ");
   TORCH_CHECK(k.sizes() == v.sizes(), "attend: k ", k.sizes(), " and v ", v.sizes(), " differ");
@@ -1386,7 +1386,7 @@ torch::Tensor attend(torch::Tensor q, torch::Tensor k, torch::Tensor v, double s
   const auto dim = lane_dims(!fast ? Lanes::identity : held ? Lanes::evenodd : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
 
-  auto out = torch::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
+  auto out = at::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
   sh.osb = out.stride(0), sh.ost = out.stride(1), sh.osh = out.stride(2);
   const int64_t parts = sh.B * sh.Hkv * sh.chunks, items = parts * row_blocks;
   // Partials (m, l, acc [R, D]) of each (b, kv head, chunk) when there are chunks to merge.

@@ -30,7 +30,7 @@
 //
 // Built with -march=native; without avx512f/avx512bw/avx512dq/avx512_bf16 (or in the portable build)
 // has_avx512_bf16() is false and callers use torch instead.
-#include <torch/extension.h>
+#include "torch_api.h"
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -99,7 +99,7 @@ void block_rows(const uint16_t* x, int64_t ldx, int64_t N, const uint16_t* w, in
 #endif
 
 // y [N, O] bf16 = x [N, K] bf16 . w [O, K]^T bf16 (+ bias [O], any float dtype), fp32 accumulation.
-torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+at::Tensor linear(at::Tensor x, at::Tensor w, c10::optional<at::Tensor> bias) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
               "linear: x [N, K] and w [O, K] expected, got ", x.sizes(), " and ", w.sizes());
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16,
@@ -107,8 +107,8 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tens
   TORCH_CHECK(x.stride(1) == 1 && w.stride(1) == 1, "linear: x and w need unit stride in K");
   TORCH_CHECK(has_avx512_bf16(), "linear: built without avx512_bf16 (callers check has_avx512_bf16())");
   const int64_t N = x.size(0), K = x.size(1), O = w.size(0);
-  auto y = torch::empty({N, O}, x.options());
-  torch::Tensor b32;
+  auto y = at::empty({N, O}, x.options());
+  at::Tensor b32;
   if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
 #if TF_AVX512
   const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
@@ -408,7 +408,7 @@ void avx2_blocks(const float* x, int64_t N, const W* wp, int64_t K, const float*
 }
 
 // x [N, K] (bf16 or fp32, unit stride) as contiguous fp32, in a buffer kept per calling thread.
-const float* widened(const torch::Tensor& x) {
+const float* widened(const at::Tensor& x) {
   const int64_t N = x.size(0), K = x.size(1);
   thread_local std::vector<float> buffer;
   buffer.resize(static_cast<size_t>(N * K));
@@ -429,8 +429,8 @@ const float* widened(const torch::Tensor& x) {
 // y [N, O] = x [N, K] . w^T (+ bias [O]) with w in the packed layout above: bf16 [B, K/2, 16, 2]
 // or fp32 [B, K, 16, 1] (one 64-byte vector of a block's 16 rows per 4-byte unit of columns).
 // y [N, O] (contiguous, x's dtype): written, not allocated (DecoderPlan's workspace).
-void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, const c10::optional<torch::Tensor>& bias,
-                        int64_t O, const torch::Tensor& y) {
+void linear_packed_into(const at::Tensor& x, const at::Tensor& packed, const c10::optional<at::Tensor>& bias,
+                        int64_t O, const at::Tensor& y) {
   const bool f32 = x.scalar_type() == at::kFloat;
   TORCH_CHECK(x.dim() == 2 && (f32 || x.scalar_type() == at::kBFloat16) && x.stride(1) == 1,
               "linear_packed: x [N, K] bf16 or fp32 with unit stride in K expected, got ", x.sizes(), " ", x.scalar_type());
@@ -442,7 +442,7 @@ void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, con
   TORCH_CHECK(has_packed(), "linear_packed: built without AVX-512 or AVX2 (callers check has_packed())");
   TORCH_CHECK(y.is_contiguous() && y.dim() == 2 && y.size(0) == N && y.size(1) == O && y.scalar_type() == x.scalar_type(),
               "linear_packed: out must be a contiguous ", x.scalar_type(), " [", N, ", ", O, "], got ", y.sizes());
-  torch::Tensor b32;
+  at::Tensor b32;
   if (bias.has_value() && bias->defined()) b32 = bias->to(at::kFloat).contiguous();
 #if TF_AVX2
   const float* xf = widened(x);
@@ -466,9 +466,9 @@ void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, con
 #if TF_AMX
   if (amx_usable() && K % 32 == 0) {
     const int64_t tiles = (N + 15) / 16, rows = (N + tiles - 1) / tiles;
-    torch::Tensor xpad;   // x in whole tiles of `rows` rows (zero rows after the last)
+    at::Tensor xpad;   // x in whole tiles of `rows` rows (zero rows after the last)
     if (tiles * rows != N) {
-      xpad = torch::zeros({tiles * rows, K}, x.options());
+      xpad = at::zeros({tiles * rows, K}, x.options());
       xpad.narrow(0, 0, N).copy_(x);
     }
     const auto* xa = xpad.defined() ? reinterpret_cast<const uint16_t*>(xpad.data_ptr<at::BFloat16>()) : xp;
@@ -487,8 +487,8 @@ void linear_packed_into(const torch::Tensor& x, const torch::Tensor& packed, con
 #endif
 }
 
-torch::Tensor linear_packed(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias, int64_t O) {
-  auto y = torch::empty({x.dim() == 2 ? x.size(0) : 0, O}, x.options());
+at::Tensor linear_packed(at::Tensor x, at::Tensor packed, c10::optional<at::Tensor> bias, int64_t O) {
+  auto y = at::empty({x.dim() == 2 ? x.size(0) : 0, O}, x.options());
   linear_packed_into(x, packed, bias, O, y);
   return y;
 }
@@ -503,7 +503,7 @@ template <typename F> void rows_parallel(int64_t rows, int64_t row_cost, F&& f) 
   at::parallel_for(0, rows, grain, f);
 }
 
-void check_glue(const torch::Tensor& t, const char* op, const char* name) {
+void check_glue(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kFloat, op, ": ", name,
               " must be bf16 or fp32, got ", t.scalar_type());
   TORCH_CHECK(t.size(-1) == 0 || t.stride(-1) == 1, op, ": ", name, " needs unit stride in its last dim");
@@ -578,17 +578,17 @@ inline void rms_row(const T* xr, const T* w, T* orow, int64_t E, float eps) {
   for (; e < E; ++e) orow[e] = store<T>(load(w, e) * static_cast<float>(store<T>(load(xr, e) * inv)));
 }
 
-void add_rms_norm(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& w, double eps, const torch::Tensor& out);
+void add_rms_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w, double eps, const at::Tensor& out);
 
 // x [..., E] -> w * round(x * rsqrt(mean(x^2) + eps)) (rms_row); w has x's dtype.
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+at::Tensor rms_norm(at::Tensor x, at::Tensor w, double eps) {
   check_glue(x, "rms_norm", "x");
   x = x.contiguous();
   const int64_t E = x.size(-1);
   TORCH_CHECK(w.dim() == 1 && w.size(0) == E && w.scalar_type() == x.scalar_type() && w.stride(0) == 1,
               "rms_norm: w must be [", E, "] of x's dtype, got ", w.sizes(), " ", w.scalar_type());
-  auto out = torch::empty_like(x);
-  add_rms_norm(x, torch::Tensor(), w, eps, out);   // no y: x is only read
+  auto out = at::empty_like(x);
+  add_rms_norm(x, at::Tensor(), w, eps, out);   // no y: x is only read
   return out;
 }
 
@@ -607,7 +607,7 @@ inline void rope_row(const T* xr, const T* cr, const T* sr, T* orow, int64_t D) 
 
 // out [B, h, T, D] = x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x[D/2:], x[:D/2]);
 // x and out any strides with unit stride in D (out may be a slice of a cache), cos/sin [B, T, D].
-void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor out) {
+void rope(at::Tensor x, at::Tensor cos, at::Tensor sin, at::Tensor out) {
   for (auto* t : {&x, &cos, &sin, &out}) check_glue(*t, "rope", "x/cos/sin/out");
   TORCH_CHECK(x.dim() == 4 && out.sizes() == x.sizes() && cos.dim() == 3 && cos.sizes() == sin.sizes() &&
               cos.size(0) == x.size(0) && cos.size(1) == x.size(2) && cos.size(2) == x.size(3) && x.size(3) <= 512,
@@ -631,20 +631,20 @@ void rope(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor o
 
 // silu(gate) * up [..., F]: gate and up [..., F] with unit stride in F and one stride between rows
 // (the two halves of the fused gate_up output are such views; so are two separate outputs).
-void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& out);
+void silu_mul_into(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& out);
 
-torch::Tensor silu_mul(torch::Tensor gate, torch::Tensor up) {
+at::Tensor silu_mul(at::Tensor gate, at::Tensor up) {
   check_glue(gate, "silu_mul", "gate");
   check_glue(up, "silu_mul", "up");
   TORCH_CHECK(gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type(),
               "silu_mul: gate ", gate.sizes(), " and up ", up.sizes(), " must match in shape and dtype");
-  auto out = torch::empty(gate.sizes(), gate.options());
+  auto out = at::empty(gate.sizes(), gate.options());
   silu_mul_into(gate, up, out);
   return out;
 }
 
 // silu_mul into out (contiguous, gate's shape and dtype): DecoderPlan's workspace.
-void silu_mul_into(const torch::Tensor& gate, const torch::Tensor& up, const torch::Tensor& out) {
+void silu_mul_into(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& out) {
   const int64_t F = gate.size(-1);
   auto g2 = gate.reshape({-1, F}), u2 = up.reshape({-1, F});  // views where the rows are evenly spaced
   const int64_t rows = g2.size(0), gs = g2.stride(0), us = u2.stride(0);
@@ -711,7 +711,7 @@ inline void add_row(T* xr, const T* yr, int64_t E) {
 
 // x [N, E] += y [N, E] in place, both contiguous bf16 or both fp32 (the residual stream): each sum
 // in fp32, rounded once to bf16, the bits of torch's x + y without its dispatch and allocation.
-void residual_add(torch::Tensor& x, const torch::Tensor& y) {
+void residual_add(at::Tensor& x, const at::Tensor& y) {
   if (x.scalar_type() == at::kFloat)
     add_row(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
   else
@@ -722,7 +722,7 @@ void residual_add(torch::Tensor& x, const torch::Tensor& y) {
 // x [..., E] += y (as residual_add; y undefined: x is left as it is), then out = rms_norm(x, w)
 // (rms_row), all contiguous in w's dtype: the residual stream's update and the next norm in one
 // pass over x, as DecoderPlan runs them between layers (out: its workspace).
-void add_rms_norm(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& w, double eps, const torch::Tensor& out) {
+void add_rms_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& w, double eps, const at::Tensor& out) {
   const int64_t E = x.size(-1), rows = x.numel() / std::max<int64_t>(E, 1);
   AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm", [&] {
     scalar_t* xp = x.data_ptr<scalar_t>(); const scalar_t* yp = y.defined() ? y.data_ptr<scalar_t>() : nullptr;
@@ -742,8 +742,8 @@ void add_rms_norm(const torch::Tensor& x, const torch::Tensor& y, const torch::T
 // D). The bits of rope() and copy_ on the module path's views, in one pass over qkv. lq [B, H, D]
 // (unit stride in D; undefined: none) gets the rotated query of each sequence's last token.
 template <typename T_>
-void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& qr,
-                      const torch::Tensor& keys, const torch::Tensor& values, int64_t start, const torch::Tensor& lq) {
+void qkv_into_cache_t(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& qr,
+                      const at::Tensor& keys, const at::Tensor& values, int64_t start, const at::Tensor& lq) {
   const int64_t B = qr.size(0), H = qr.size(1), T = qr.size(2), D = qr.size(3), Hkv = keys.size(1);
   const int64_t W = qkv.size(1);
   const T_* src = qkv.data_ptr<T_>();
@@ -773,8 +773,8 @@ void qkv_into_cache_t(const torch::Tensor& qkv, const torch::Tensor& cos, const 
   });
 }
 
-void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& qr,
-                    const torch::Tensor& keys, const torch::Tensor& values, int64_t start, const torch::Tensor& lq) {
+void qkv_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& qr,
+                    const at::Tensor& keys, const at::Tensor& values, int64_t start, const at::Tensor& lq) {
   if (qkv.scalar_type() == at::kFloat) qkv_into_cache_t<float>(qkv, cos, sin, qr, keys, values, start, lq);
   else qkv_into_cache_t<at::BFloat16>(qkv, cos, sin, qr, keys, values, start, lq);
 }
@@ -788,12 +788,12 @@ void qkv_into_cache(const torch::Tensor& qkv, const torch::Tensor& cos, const to
 // function pointer its module exports), a cache that writes the T new tokens at slots
 // [start, start + T) of per-layer buffers [L, B, Hkv, capacity, D] with keys rotated by the
 // pass's tables, and attends to slots [0, start + T) (the full and retrieval caches).
-using AttendFn = torch::Tensor (*)(torch::Tensor, torch::Tensor, torch::Tensor, double, std::optional<bool>);
-using Int8Fn = torch::Tensor (*)(torch::Tensor, torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, int64_t);
-using Int4Fn = torch::Tensor (*)(torch::Tensor, torch::Tensor, c10::optional<torch::Tensor>, int64_t);
+using AttendFn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, double, std::optional<bool>);
+using Int8Fn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t);
+using Int4Fn = at::Tensor (*)(at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t);
 
 enum LinearKind : int64_t { PACKED = 0, INT8 = 1, INT4 = 2 };
-using LinearSpec = std::tuple<int64_t, torch::Tensor, c10::optional<torch::Tensor>, c10::optional<torch::Tensor>, int64_t>;
+using LinearSpec = std::tuple<int64_t, at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t>;
 
 template <typename F> F from_capsule(const c10::optional<py::capsule>& c) {
   return c.has_value() ? reinterpret_cast<F>(c->get_pointer()) : nullptr;
@@ -802,17 +802,17 @@ template <typename F> F from_capsule(const c10::optional<py::capsule>& c) {
 // DecoderPlan's buffers for a pass, per thread: one flat tensor per buffer that only grows, viewed
 // at each pass's shape (a thread alternating the target's and the middle level's passes reuses them).
 struct Workspace {
-  struct Views { torch::Tensor xn, qkv, qr, o, gate_up, act, down; };
-  torch::Tensor flat[7];
+  struct Views { at::Tensor xn, qkv, qr, o, gate_up, act, down; };
+  at::Tensor flat[7];
   Views views(int64_t N, int64_t E, int64_t W, int64_t F, int64_t B, int64_t H, int64_t T, int64_t D,
               const at::TensorOptions& opt) {
     const std::vector<int64_t> shapes[7] = {{N, E}, {N, W}, {B, H, T, D}, {N, E}, {N, 2 * F}, {N, F}, {N, E}};
-    torch::Tensor v[7];
+    at::Tensor v[7];
     for (int i = 0; i < 7; ++i) {
       int64_t n = 1;
       for (int64_t d : shapes[i]) n *= d;
       if (!flat[i].defined() || flat[i].numel() < n || flat[i].scalar_type() != opt.dtype().toScalarType())
-        flat[i] = torch::empty({std::max<int64_t>(n, flat[i].defined() ? flat[i].numel() : 0)}, opt);
+        flat[i] = at::empty({std::max<int64_t>(n, flat[i].defined() ? flat[i].numel() : 0)}, opt);
       v[i] = flat[i].narrow(0, 0, n).view(shapes[i]);
     }
     return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
@@ -822,7 +822,7 @@ struct Workspace {
 class DecoderPlan {
  public:
   // linears: 4 per layer (qkv, o, gate_up, down), each (kind, packed, scales or None, bias or None, O)
-  DecoderPlan(std::vector<torch::Tensor> norm1, std::vector<torch::Tensor> norm2, double eps,
+  DecoderPlan(std::vector<at::Tensor> norm1, std::vector<at::Tensor> norm2, double eps,
               std::vector<LinearSpec> linears, int64_t H, int64_t Hkv, int64_t D, double scale,
               py::capsule attend, c10::optional<py::capsule> int8, c10::optional<py::capsule> int4)
       : norm1_(std::move(norm1)), norm2_(std::move(norm2)), eps_(eps), linears_(std::move(linears)),
@@ -855,8 +855,8 @@ class DecoderPlan {
 
   // x [B, T, E] bf16 or fp32 (as every tensor), cos/sin [B, T, D]; k/v [L, B, Hkv, capacity, D]; writes slots [start, start + T)
   // of every layer; last_query [L, B, H, D] gets each layer's last rotated query when given.
-  torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, torch::Tensor k, torch::Tensor v,
-                    int64_t start, c10::optional<torch::Tensor> last_query) const {
+  at::Tensor run(at::Tensor x, at::Tensor cos, at::Tensor sin, at::Tensor k, at::Tensor v,
+                    int64_t start, c10::optional<at::Tensor> last_query) const {
     const int64_t B = x.size(0), T = x.size(1), E = x.size(2), N = B * T, stop = start + T;
     check_pass(x, cos, sin, k, v, stop);
     x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
@@ -865,10 +865,10 @@ class DecoderPlan {
     thread_local Workspace buffers;
     const Workspace::Views ws = buffers.views(N, E, H_ * D_ + 2 * Hkv_ * D_, ffn(), B, H_, T, D_, x.options());
     const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
-    const std::vector<torch::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<torch::Tensor>();
+    const std::vector<at::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<at::Tensor>();
     if (timing_) ++timed_passes_;
-    layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
-      qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start, lqs.empty() ? torch::Tensor() : lqs[l]);
+    layers(x, ws, [&](size_t l, const at::Tensor& qkv) {
+      qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start, lqs.empty() ? at::Tensor() : lqs[l]);
       return attend_(ws.qr, keys[l], values[l], scale_, std::nullopt).view({N, H_ * D_});   // [B, T, H, D] as [N, HD]
     });
     return x.view({B, T, E});
@@ -880,14 +880,14 @@ class DecoderPlan {
   // starts[i] + sizes[i]) the pass writes (last_query[i] [L, 1, H, D] as run's). The linears run
   // once over all N rows; each sequence's queries attend to its own cache only, so its rows are
   // the bits `run` gives it alone.
-  torch::Tensor run_packed(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> k,
-                           std::vector<torch::Tensor> v, std::vector<int64_t> starts, std::vector<int64_t> sizes,
-                           std::vector<c10::optional<torch::Tensor>> last_query) const {
+  at::Tensor run_packed(at::Tensor x, at::Tensor cos, at::Tensor sin, std::vector<at::Tensor> k,
+                           std::vector<at::Tensor> v, std::vector<int64_t> starts, std::vector<int64_t> sizes,
+                           std::vector<c10::optional<at::Tensor>> last_query) const {
     const int64_t N = x.size(1), E = x.size(2), HD = H_ * D_, n = (int64_t)sizes.size();
     TORCH_CHECK(x.size(0) == 1 && n >= 1 && (int64_t)k.size() == n && (int64_t)v.size() == n && (int64_t)starts.size() == n &&
                 (int64_t)last_query.size() == n && std::accumulate(sizes.begin(), sizes.end(), int64_t{0}) == N,
                 "DecoderPlan.run_packed: x [1, N, E] and, per sequence, k, v, start, size (summing to N) and last_query expected");
-    std::vector<std::vector<torch::Tensor>> keys(n), values(n), lqs(n);
+    std::vector<std::vector<at::Tensor>> keys(n), values(n), lqs(n);
     std::vector<int64_t> offset(n + 1, 0);
     for (int64_t i = 0; i < n; ++i) {
       TORCH_CHECK(k[i].dim() == 5 && k[i].size(1) == 1, "DecoderPlan.run_packed: k [L, 1, Hkv, capacity, D] per sequence, got ", k[i].sizes());
@@ -901,20 +901,20 @@ class DecoderPlan {
     thread_local Workspace buffers;
     const Workspace::Views ws = buffers.views(N, E, HD + 2 * Hkv_ * D_, ffn(), 1, H_, N, D_, x.options());
     // each sequence's rows of the workspace's queries and of cos/sin, viewed once per pass (not per layer)
-    std::vector<torch::Tensor> qrs(n), coss(n), sins(n), parts(n);
-    const torch::Tensor qflat = ws.qr.view({-1});
+    std::vector<at::Tensor> qrs(n), coss(n), sins(n), parts(n);
+    const at::Tensor qflat = ws.qr.view({-1});
     for (int64_t i = 0; i < n; ++i) {
       qrs[i] = qflat.narrow(0, offset[i] * HD, sizes[i] * HD).view({1, H_, sizes[i], D_});   // [1, H, T_i, D]
       coss[i] = cos.narrow(1, offset[i], sizes[i]), sins[i] = sin.narrow(1, offset[i], sizes[i]);
     }
     if (timing_) ++timed_passes_;
-    layers(x, ws, [&](size_t l, const torch::Tensor& qkv) {
+    layers(x, ws, [&](size_t l, const at::Tensor& qkv) {
       for (int64_t i = 0; i < n; ++i) {
         qkv_into_cache(qkv.narrow(0, offset[i], sizes[i]), coss[i], sins[i], qrs[i],
-                       keys[i][l], values[i][l], starts[i], lqs[i].empty() ? torch::Tensor() : lqs[i][l]);
+                       keys[i][l], values[i][l], starts[i], lqs[i].empty() ? at::Tensor() : lqs[i][l]);
         parts[i] = attend_(qrs[i], keys[i][l], values[i][l], scale_, std::nullopt).view({sizes[i], HD});   // [1, T_i, H, D] as [T_i, HD]
       }
-      return n == 1 ? parts[0] : torch::cat(parts);                                             // [N, HD]
+      return n == 1 ? parts[0] : at::cat(parts);                                             // [N, HD]
     });
     return x.view({1, N, E});
   }
@@ -922,8 +922,8 @@ class DecoderPlan {
  private:
   int64_t ffn() const { return std::get<4>(linears_[2]) / 2; }
 
-  void check_pass(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& k,
-                  const torch::Tensor& v, int64_t stop) const {
+  void check_pass(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& k,
+                  const at::Tensor& v, int64_t stop) const {
     TORCH_CHECK(k.dim() == 5 && k.size(0) == (int64_t)norm1_.size() && stop <= k.size(3) && v.sizes() == k.sizes(),
                 "DecoderPlan: k, v [L, B, Hkv, capacity, D] with room for slots up to ", stop, ", got ", k.sizes());
     const auto dtype = x.scalar_type();
@@ -937,23 +937,23 @@ class DecoderPlan {
   // The decoder layers over the residual stream x [N, E] (updated in place); attention(l, qkv
   // [N, (H + 2 Hkv) D]) writes layer l's new K/V into the cache(s) and returns its output [N, H D].
   template <typename Attention>
-  void layers(torch::Tensor& x, const Workspace::Views& ws, Attention&& attention) const {
-    torch::Tensor down;                                                                       // the last layer's MLP output
+  void layers(at::Tensor& x, const Workspace::Views& ws, Attention&& attention) const {
+    at::Tensor down;                                                                       // the last layer's MLP output
     const int64_t F = ffn();
     Laps lap(timing_ ? &stage_ns_ : nullptr);
     for (size_t l = 0; l < norm1_.size(); ++l) {
       const LinearSpec* lin = &linears_[4 * l];
       add_rms_norm(x, down, norm1_[l], eps_, ws.xn);            // x += the last layer's down (none at l = 0); xn = norm(x)
       lap(NORMS);
-      const torch::Tensor qkv = linear(ws.xn, lin[0], ws.qkv);                                // [N, HD + 2 KD]
+      const at::Tensor qkv = linear(ws.xn, lin[0], ws.qkv);                                // [N, HD + 2 KD]
       lap(QKV);
-      const torch::Tensor att = attention(l, qkv);                                            // [N, HD]
+      const at::Tensor att = attention(l, qkv);                                            // [N, HD]
       lap(ATTENTION);
-      const torch::Tensor o = linear(att, lin[1], ws.o);                                      // [N, E]
+      const at::Tensor o = linear(att, lin[1], ws.o);                                      // [N, E]
       lap(O);
       add_rms_norm(x, o, norm2_[l], eps_, ws.xn);                                             // x += o; xn = norm(x)
       lap(NORMS);
-      const torch::Tensor gate_up = linear(ws.xn, lin[2], ws.gate_up);                        // [N, 2F]
+      const at::Tensor gate_up = linear(ws.xn, lin[2], ws.gate_up);                        // [N, 2F]
       lap(GATE_UP);
       silu_mul_into(gate_up.narrow(1, 0, F), gate_up.narrow(1, F, F), ws.act);
       lap(SILU_MUL);
@@ -965,7 +965,7 @@ class DecoderPlan {
   }
 
   // y [N, O]: packed linears write `out` (the workspace's buffer), int8/int4 ones a new tensor
-  torch::Tensor linear(const torch::Tensor& x, const LinearSpec& l, const torch::Tensor& out) const {
+  at::Tensor linear(const at::Tensor& x, const LinearSpec& l, const at::Tensor& out) const {
     const auto& [kind, packed, scales, bias, O] = l;
     if (kind == PACKED) {
       linear_packed_into(x, packed, bias, O, out);
@@ -991,7 +991,7 @@ class DecoderPlan {
   mutable std::array<int64_t, STAGES> stage_ns_{};
   mutable int64_t timed_passes_ = 0;
 
-  std::vector<torch::Tensor> norm1_, norm2_;
+  std::vector<at::Tensor> norm1_, norm2_;
   double eps_;
   std::vector<LinearSpec> linears_;
   int64_t H_, Hkv_, D_;
@@ -1014,7 +1014,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the avx512_bf16 kernel was compiled in");
   m.def("has_packed", &has_packed, "whether linear_packed was compiled in (AVX-512 or AVX2 + FMA)");
   py::class_<DecoderPlan>(m, "DecoderPlan")
-      .def(py::init<std::vector<torch::Tensor>, std::vector<torch::Tensor>, double, std::vector<LinearSpec>,
+      .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, double, std::vector<LinearSpec>,
                     int64_t, int64_t, int64_t, double, py::capsule, c10::optional<py::capsule>, c10::optional<py::capsule>>())
       .def("run", &DecoderPlan::run, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("k"), py::arg("v"),
            py::arg("start"), py::arg("last_query") = py::none())

@@ -41,7 +41,7 @@
 // Pure-torch twin: runtime/quant.py (_QuantLinear.reference, quantize_rows_reference); the portable
 // build (a CPU without AVX2, or a build without the flags) has has_kernels() false and quant.py
 // keeps torch's layouts and kernels.
-#include <torch/extension.h>
+#include "torch_api.h"
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -409,8 +409,8 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
 
 // x [..., K] -> y [..., O]: the module's whole forward in one call (a few us of Python per call
 // add up over the ~120 linears of a pass).
-torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packed, const torch::Tensor* scales,
-                           const c10::optional<torch::Tensor>& bias, int64_t O, bool int4) {
+at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor* scales,
+                           const c10::optional<at::Tensor>& bias, int64_t O, bool int4) {
   const char* op = int4 ? "int4_linear" : "int8_linear";
   TORCH_CHECK(has_kernels(), op, ": built without avx512_vnni or AVX2 kernels (callers check has_kernels())");
   TORCH_CHECK(x_in.dim() >= 1, op, ": x [..., K] expected, got a scalar");
@@ -418,7 +418,7 @@ torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packe
               ": x must be bf16 or fp32, got ", x_in.scalar_type());
   auto out_sizes = x_in.sizes().vec();
   out_sizes.back() = O;
-  torch::Tensor x = x_in.reshape({-1, x_in.size(-1)});   // [N, K], a view when it can be
+  at::Tensor x = x_in.reshape({-1, x_in.size(-1)});   // [N, K], a view when it can be
   if (x.stride(1) != 1) x = x.contiguous();
   const int64_t N = x.size(0), K = x.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
   const int64_t group_bytes = int4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES;
@@ -429,12 +429,12 @@ torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packe
   TORCH_CHECK(reinterpret_cast<uintptr_t>(packed.data_ptr()) % 64 == 0, op, ": packed weights must be 64-byte aligned");
   if (scales) TORCH_CHECK(scales->scalar_type() == at::kFloat && scales->is_contiguous() && scales->numel() >= O,
                           op, ": scales [>= ", O, "] fp32 expected, got ", scales->sizes(), " ", scales->scalar_type());
-  torch::Tensor b32;
+  at::Tensor b32;
   if (bias.has_value() && bias->defined()) {
     TORCH_CHECK(bias->numel() == O, op, ": bias [", O, "] expected, got ", bias->sizes());
     b32 = bias->to(at::kFloat).contiguous();
   }
-  auto y = torch::empty(out_sizes, x.options());       // [..., O], written as [N, O]
+  auto y = at::empty(out_sizes, x.options());       // [..., O], written as [N, O]
   if (N == 0 || O == 0) return y;
 #if TF_VNNI || TF_AVX2
   const auto* wp = packed.data_ptr<uint8_t>();
@@ -451,13 +451,13 @@ torch::Tensor quant_linear(const torch::Tensor& x_in, const torch::Tensor& packe
 }
 
 // y [..., O] = x [..., K] . (q * scales)^T (+ bias); packed [O/16, K/32, 512] uint8 (q + 128), scales [O] fp32
-torch::Tensor int8_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scales,
-                          c10::optional<torch::Tensor> bias, int64_t out_features) {
+at::Tensor int8_linear(at::Tensor x, at::Tensor packed, at::Tensor scales,
+                          c10::optional<at::Tensor> bias, int64_t out_features) {
   return quant_linear(x, packed, &scales, bias, out_features, false);
 }
 
 // y [..., O] = x [..., K] . ((q - 8) * s + z)^T (+ bias); packed [O/16, K/32, 320] uint8 (nibbles, s, z)
-torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, c10::optional<torch::Tensor> bias,
+at::Tensor int4_linear(at::Tensor x, at::Tensor packed, c10::optional<at::Tensor> bias,
                           int64_t out_features) {
   return quant_linear(x, packed, nullptr, bias, out_features, true);
 }
@@ -501,7 +501,7 @@ inline void load_group(const T* w, int64_t O, int64_t K, int64_t o, int64_t c0, 
 
 // w [O, K] as bf16 or fp32, contiguous: another floating type goes in as fp32, as the torch twins
 // compute with it (fp16 exactly)
-torch::Tensor dense_weight(const torch::Tensor& w, const char* op) {
+at::Tensor dense_weight(const at::Tensor& w, const char* op) {
   TORCH_CHECK(w.dim() == 2 && at::isFloatingType(w.scalar_type()),
               op, ": w [O, K] of a floating type expected, got ", w.sizes(), " ", w.scalar_type());
   const bool kept = w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kFloat;
@@ -510,7 +510,7 @@ torch::Tensor dense_weight(const torch::Tensor& w, const char* op) {
 
 // f(data) with dense_weight's bf16 or fp32 data, over the blocks of 16 rows (at::parallel_for)
 template <typename F>
-void over_blocks(const torch::Tensor& w, int64_t blocks, F&& f) {
+void over_blocks(const at::Tensor& w, int64_t blocks, F&& f) {
   at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     if (w.scalar_type() == at::kBFloat16) f(w.data_ptr<at::BFloat16>(), b0, b1);
     else f(w.data_ptr<float>(), b0, b1);
@@ -520,10 +520,10 @@ void over_blocks(const torch::Tensor& w, int64_t blocks, F&& f) {
 // packed [O/16, K/32, 320] uint8: q = round((w - low) / s) in 0..15 per row and group of 32 columns,
 // s = max((high - low) / 15, 1e-12), nibbles (quad c low, quad c + 4 high), then bf16 s[16], z[16]
 // with z = low + 8 s (the value q = 8 stands for)
-torch::Tensor quantize_int4(const torch::Tensor& w_in) {
-  const torch::Tensor w = dense_weight(w_in, "quantize_int4");
+at::Tensor quantize_int4(const at::Tensor& w_in) {
+  const at::Tensor w = dense_weight(w_in, "quantize_int4");
   const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
-  auto packed = torch::empty({blocks, G, INT4_GROUP_BYTES}, w.options().dtype(at::kByte));
+  auto packed = at::empty({blocks, G, INT4_GROUP_BYTES}, w.options().dtype(at::kByte));
   uint8_t* out = packed.data_ptr<uint8_t>();
   over_blocks(w, blocks, [&](const auto* wp, int64_t b0, int64_t b1) {
     [[maybe_unused]] float v[GROUP];   // (the portable path)
@@ -573,11 +573,11 @@ torch::Tensor quantize_int4(const torch::Tensor& w_in) {
 
 // (packed [O/16, K/32, 512] uint8 of q + 128, scales [O rounded up to 16] fp32, 0 past O):
 // q = round(w / s) in -127..127 per row, s = max(max|w| / 127, 1e-12)
-std::vector<torch::Tensor> quantize_int8(const torch::Tensor& w_in) {
-  const torch::Tensor w = dense_weight(w_in, "quantize_int8");
+std::vector<at::Tensor> quantize_int8(const at::Tensor& w_in) {
+  const at::Tensor w = dense_weight(w_in, "quantize_int8");
   const int64_t O = w.size(0), K = w.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
-  auto packed = torch::empty({blocks, G, INT8_GROUP_BYTES}, w.options().dtype(at::kByte));
-  auto scales = torch::zeros({blocks * BLOCK}, w.options().dtype(at::kFloat));
+  auto packed = at::empty({blocks, G, INT8_GROUP_BYTES}, w.options().dtype(at::kByte));
+  auto scales = at::zeros({blocks * BLOCK}, w.options().dtype(at::kFloat));
   uint8_t* out = packed.data_ptr<uint8_t>();
   float* sp = scales.data_ptr<float>();
   over_blocks(w, blocks, [&](const auto* wp, int64_t b0, int64_t b1) {

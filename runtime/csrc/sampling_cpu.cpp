@@ -19,7 +19,7 @@
 //   gathered by one vector pass; then one vector pass zeroes the rest and normalizes. Per row of
 //   49,152 at T = 0.6, top_p = 0.9: 52 us with every entry in the histogram, 22 us this way.
 // Rows are independent: at::parallel_for over rows.
-#include <torch/extension.h>
+#include "torch_api.h"
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -226,13 +226,13 @@ void keep_scaled(float* e, int64_t V, const Cut& c, float inv) {
 }  // namespace
 
 // logits [N, V] fp32 -> probs [N, V] fp32 (see the header).
-torch::Tensor probs_rows(torch::Tensor logits, double temperature, double top_p) {
+at::Tensor probs_rows(at::Tensor logits, double temperature, double top_p) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat, "probs_rows: logits [N, V] fp32 expected, got ",
               logits.sizes(), " ", logits.scalar_type());
   TORCH_CHECK(temperature >= 0 && top_p > 0 && top_p <= 1, "probs_rows: temperature ", temperature, " top_p ", top_p);
   logits = logits.contiguous();
   const int64_t N = logits.size(0), V = logits.size(1);
-  auto out = torch::empty_like(logits);   // every entry is written below
+  auto out = at::empty_like(logits);   // every entry is written below
   if (V == 0) return out;
   const float* x = logits.data_ptr<float>();
   float* p = out.data_ptr<float>();
@@ -306,16 +306,16 @@ int64_t draw_row(const float* pr, const float* qr, int64_t V, double u) {
   return last >= 0 ? last : V - 1;
 }
 
-torch::Tensor sample_excess(torch::Tensor p, c10::optional<torch::Tensor> q, torch::Tensor u) {
+at::Tensor sample_excess(at::Tensor p, c10::optional<at::Tensor> q, at::Tensor u) {
   TORCH_CHECK(p.dim() == 2 && p.scalar_type() == at::kFloat, "sample_excess: p [N, V] fp32 expected, got ", p.sizes());
   TORCH_CHECK(!q.has_value() || (q->sizes() == p.sizes() && q->scalar_type() == at::kFloat),
               "sample_excess: q must match p [N, V] fp32");
   TORCH_CHECK(u.dim() == 1 && u.size(0) == p.size(0) && u.scalar_type() == at::kDouble, "sample_excess: u [N] fp64 expected");
   p = p.contiguous();
-  torch::Tensor qc = q.has_value() ? q->contiguous() : torch::Tensor();
+  at::Tensor qc = q.has_value() ? q->contiguous() : at::Tensor();
   u = u.contiguous();
   const int64_t N = p.size(0), V = p.size(1);
-  auto out = torch::zeros({N}, p.options().dtype(at::kLong));
+  auto out = at::zeros({N}, p.options().dtype(at::kLong));
   const double* up = u.data_ptr<double>();
   int64_t* op = out.data_ptr<int64_t>();
   for (int64_t n = 0; n < N; ++n)
@@ -330,8 +330,8 @@ torch::Tensor sample_excess(torch::Tensor p, c10::optional<torch::Tensor> q, tor
 // rejection; the next token is draw_row of (p_n, q_n) after a rejection at n, of p_K after none,
 // as sample_excess draws it. Given the same uniforms, the same tokens as the torch ops (~15 of
 // them, ~65 us a round at V = 49,152; this is ~15 us).
-std::tuple<torch::Tensor, torch::Tensor> accept_rows(torch::Tensor x, torch::Tensor q, torch::Tensor p,
-                                                     torch::Tensor u, torch::Tensor u_next) {
+std::tuple<at::Tensor, at::Tensor> accept_rows(at::Tensor x, at::Tensor q, at::Tensor p,
+                                                     at::Tensor u, at::Tensor u_next) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kLong, "accept_rows: draft tokens [B, K] int64 expected, got ",
               x.sizes(), " ", x.scalar_type());
   const int64_t B = x.size(0), K = x.size(1);
@@ -346,7 +346,7 @@ std::tuple<torch::Tensor, torch::Tensor> accept_rows(torch::Tensor x, torch::Ten
   const int64_t* xp = x.data_ptr<int64_t>();
   const float *qp = q.data_ptr<float>(), *pp = p.data_ptr<float>(), *upf = u.data_ptr<float>();
   const double* un = u_next.data_ptr<double>();
-  auto num = torch::empty({B}, x.options()), next = torch::empty({B}, x.options());
+  auto num = at::empty({B}, x.options()), next = at::empty({B}, x.options());
   int64_t *np = num.data_ptr<int64_t>(), *op = next.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b) {
     int64_t n = 0;
