@@ -545,6 +545,16 @@ inline __m128i bf16_round8(__m256 f) {
   r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(f, f, _CMP_UNORD_Q)));
   return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));   // each lane <= 0xFFFF
 }
+
+// 8 lanes of T as fp32, and back: the AVX-512 helpers' twins (lanes, store_lanes, rounded)
+TF_INLINE __m256 lanes8(const float* p) { return _mm256_loadu_ps(p); }
+TF_INLINE __m256 lanes8(const at::BFloat16* p) { return bf16x8(p); }
+TF_INLINE void store_lanes8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+TF_INLINE void store_lanes8(at::BFloat16* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bf16_round8(v)); }
+TF_INLINE __m256 rounded8(__m256 v, const float*) { return v; }
+TF_INLINE __m256 rounded8(__m256 v, const at::BFloat16*) {   // v rounded to bf16 and widened back
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bf16_round8(v)), 16));
+}
 #endif
 
 // One row of rms_norm: out = w * round(x * rsqrt(mean(x^2) + eps)), the sum of squares in fp32 on
@@ -564,6 +574,15 @@ inline void rms_row(const T* xr, const T* w, T* orow, int64_t E, float eps) {
     }
     ss = _mm512_reduce_add_ps(acc);
   }
+#elif TF_AVX2
+  if constexpr (VEC) {
+    __m256 acc = _mm256_setzero_ps();
+    for (; e + 8 <= E; e += 8) {
+      const __m256 v = lanes8(xr + e);
+      acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    ss = hsum8(acc);
+  }
 #endif
   for (int64_t i = e; i < E; ++i) { const float v = load(xr, i); ss += v * v; }
   const float inv = 1.f / std::sqrt(ss / E + eps);
@@ -573,6 +592,12 @@ inline void rms_row(const T* xr, const T* w, T* orow, int64_t E, float eps) {
     const __m512 iv = _mm512_set1_ps(inv);
     for (; e + 16 <= E; e += 16)
       store_lanes(orow + e, _mm512_mul_ps(lanes(w + e), rounded(_mm512_mul_ps(lanes(xr + e), iv), xr)));
+  }
+#elif TF_AVX2
+  if constexpr (VEC) {
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (; e + 8 <= E; e += 8)
+      store_lanes8(orow + e, _mm256_mul_ps(lanes8(w + e), rounded8(_mm256_mul_ps(lanes8(xr + e), iv), xr)));
   }
 #endif
   for (; e < E; ++e) orow[e] = store<T>(load(w, e) * static_cast<float>(store<T>(load(xr, e) * inv)));
@@ -598,6 +623,19 @@ template <typename T>
 inline void rope_row(const T* xr, const T* cr, const T* sr, T* orow, int64_t D) {
   float tmp[512];
   const int64_t half = D / 2;
+#if TF_AVX2
+  if constexpr (std::is_same_v<T, at::BFloat16> || std::is_same_v<T, float>)
+    if (half % 8 == 0) {   // 8 dims of each half at a time: x * cos + rot * sin, one rounding
+      for (int64_t d = 0; d < half; d += 8) {
+        const __m256 a = lanes8(xr + d), b = lanes8(xr + d + half);
+        const __m256 lo = _mm256_fmadd_ps(_mm256_sub_ps(_mm256_setzero_ps(), b), lanes8(sr + d), _mm256_mul_ps(a, lanes8(cr + d)));
+        const __m256 hi = _mm256_fmadd_ps(a, lanes8(sr + d + half), _mm256_mul_ps(b, lanes8(cr + d + half)));
+        _mm256_storeu_ps(tmp + d, lo), _mm256_storeu_ps(tmp + d + half, hi);
+      }
+      for (int64_t d = 0; d < D; d += 8) store_lanes8(orow + d, _mm256_loadu_ps(tmp + d));
+      return;
+    }
+#endif
   for (int64_t d = 0; d < D; ++d) {
     const float rot = d < half ? -load(xr, d + half) : load(xr, d - half);
     tmp[d] = load(xr, d) * load(cr, d) + rot * load(sr, d);
@@ -705,6 +743,9 @@ inline void add_row(T* xr, const T* yr, int64_t E) {
 #if TF_AVX512
   if constexpr (std::is_same_v<T, at::BFloat16> || std::is_same_v<T, float>)
     for (; e + 16 <= E; e += 16) store_lanes(xr + e, _mm512_add_ps(lanes(xr + e), lanes(yr + e)));
+#elif TF_AVX2
+  if constexpr (std::is_same_v<T, at::BFloat16> || std::is_same_v<T, float>)
+    for (; e + 8 <= E; e += 8) store_lanes8(xr + e, _mm256_add_ps(lanes8(xr + e), lanes8(yr + e)));
 #endif
   for (; e < E; ++e) xr[e] = store<T>(load(xr, e) + load(yr, e));
 }

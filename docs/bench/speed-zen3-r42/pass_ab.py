@@ -1,0 +1,52 @@
+"""A level's T-token passes on two builds of layer_cpu.cpp (the decoder plan), interleaved in one process.
+usage: OLD=path/to/old/layer_cpu.cpp python pass_ab.py S T level [rounds]"""
+import os, sys, time, argparse, statistics, torch
+from torch.utils.cpp_extension import load
+from triforce.runtime import native, model as M
+from triforce.runtime.bench import add_bench_parser
+from triforce.runtime.bench.passes import built_levels
+from triforce.runtime.bench.suites import base_run, prompt_ids
+from triforce.runtime.engine import Engine
+S, T, level = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 12
+os.makedirs("/tmp/pass_ab_old", exist_ok=True)
+old = load(name="layer_cpu_old", sources=[os.environ["OLD"]], extra_include_paths=[str(native.CSRC)], build_directory="/tmp/pass_ab_old",
+           extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", "-w"], extra_ldflags=["-fopenmp"])
+parser = argparse.ArgumentParser(); sub = parser.add_subparsers(dest="command"); add_bench_parser(sub)
+args = parser.parse_args(["bench", "--suite", "passes", "--contexts", str(S), "--dtypes", "bf16", "--threads", "2", "--corpus", "essays", "--levels", "target"])
+torch.set_num_threads(2)
+with torch.inference_mode():
+    run = base_run(args, mode="triforce", temperature=0.0)
+    engine = Engine(run)
+    ids = prompt_ids(engine, args, S + 1)
+    lv = built_levels(engine, run, ids, S)[level]
+    x = torch.tensor([ids[S - T + 1:S + 1]]); n = lv.cache.get_seq_length(); m = lv.model
+    new_plan = M._build_plan(m)
+    real = native.layer_cpu
+    native.layer_cpu = lambda: old
+    old_plan = M._build_plan(m)
+    native.layer_cpu = real
+    plans = {"old": old_plan, "new": new_plan}
+    outs = {}
+    for name, plan in plans.items():
+        M._PLANS[m] = plan
+        outs[name] = m(x, lv.cache); lv.cache.crop(n)
+    print("logits max |old - new|:", (outs["old"] - outs["new"]).abs().max().item())
+    again = {}
+    for name, plan in plans.items():
+        M._PLANS[m] = plan
+        again[name] = m(x, lv.cache); lv.cache.crop(n)
+    print("same plan twice, max diff: old", (outs["old"] - again["old"]).abs().max().item(), "new", (outs["new"] - again["new"]).abs().max().item(),
+          "| old vs new, second:", (again["old"] - again["new"]).abs().max().item())
+    M._PLANS[m] = False
+    torch_out = m(x, lv.cache); lv.cache.crop(n)
+    print("module path (no plan) vs old", (torch_out - outs["old"]).abs().max().item(), "vs new", (torch_out - outs["new"]).abs().max().item(),
+          "| argmax old/new/module", outs["old"][0, -1].argmax().item(), outs["new"][0, -1].argmax().item(), torch_out[0, -1].argmax().item())
+    ts = {k: [] for k in plans}
+    for r in range(rounds):
+        for name, plan in plans.items():
+            M._PLANS[m] = plan
+            t0 = time.perf_counter()
+            for _ in range(20): m(x, lv.cache); lv.cache.crop(n)
+            ts[name].append((time.perf_counter() - t0) / 20 * 1e3)
+    print(f"{level} S={S} T={T}: " + "  ".join(f"{k} median {statistics.median(v):.2f} ms (min {min(v):.2f})" for k, v in ts.items()))
