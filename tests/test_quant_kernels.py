@@ -163,3 +163,18 @@ def test_kernels_refuse_mismatched_weights(kernels):
         kernels.int8_linear(torch.randn(2, 128), layer.packed, layer.scales, None, 64)
     with pytest.raises(RuntimeError, match="bf16 or fp32"):
         kernels.int8_linear(torch.randn(2, 96).half(), layer.packed, layer.scales, None, 64)
+
+
+@pytest.mark.parametrize("cls", [Int8Linear, Int4Linear])
+def test_out_is_written_in_place_with_the_same_bits_and_checked(kernels, cls):
+    """DecoderPlan passes its workspace as `out` (no allocation in a pass): the call writes there,
+    bit for bit what it returns without `out`, and refuses a buffer of the wrong shape or dtype."""
+    _, layer = make(cls, 200, 576, torch.bfloat16)
+    call = (lambda x, **kw: kernels.int8_linear(x, layer.packed, layer.scales, layer.bias, 200, **kw)) if cls is Int8Linear \
+        else (lambda x, **kw: kernels.int4_linear(x, layer.packed, layer.bias, 200, **kw))
+    x = torch.randn(3, 576).bfloat16()
+    out = torch.full((3, 200), float("nan")).bfloat16()
+    assert call(x, out=out).data_ptr() == out.data_ptr() and torch.equal(out, call(x))
+    for wrong in (torch.empty(3, 199).bfloat16(), torch.empty(3, 200), torch.empty(200, 3).bfloat16().T):
+        with pytest.raises(RuntimeError, match="out must be contiguous"):
+            call(x, out=wrong)

@@ -830,8 +830,8 @@ void qkv_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tens
 // [start, start + T) of per-layer buffers [L, B, Hkv, capacity, D] with keys rotated by the
 // pass's tables, and attends to slots [0, start + T) (the full and retrieval caches).
 using AttendFn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, double, std::optional<bool>);
-using Int8Fn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t);
-using Int4Fn = at::Tensor (*)(at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t);
+using Int8Fn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t, c10::optional<at::Tensor>);
+using Int4Fn = at::Tensor (*)(at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t, c10::optional<at::Tensor>);
 
 enum LinearKind : int64_t { PACKED = 0, INT8 = 1, INT4 = 2 };
 using LinearSpec = std::tuple<int64_t, at::Tensor, c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t>;
@@ -902,7 +902,7 @@ class DecoderPlan {
     check_pass(x, cos, sin, k, v, stop);
     x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
     // The layers' buffers, reused pass after pass (no allocation in the loop beyond attention's
-    // output and int8/int4 linears'); K/V and last_query views made once per pass.
+    // output); K/V and last_query views made once per pass.
     thread_local Workspace buffers;
     const Workspace::Views ws = buffers.views(N, E, H_ * D_ + 2 * Hkv_ * D_, ffn(), B, H_, T, D_, x.options());
     const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
@@ -1005,15 +1005,13 @@ class DecoderPlan {
     lap(NORMS);
   }
 
-  // y [N, O]: packed linears write `out` (the workspace's buffer), int8/int4 ones a new tensor
+  // y [N, O] into `out` (the workspace's buffer)
   at::Tensor linear(const at::Tensor& x, const LinearSpec& l, const at::Tensor& out) const {
     const auto& [kind, packed, scales, bias, O] = l;
-    if (kind == PACKED) {
-      linear_packed_into(x, packed, bias, O, out);
-      return out;
-    }
-    if (kind == INT8) return int8_(x, packed, *scales, bias, O);
-    return int4_(x, packed, bias, O);
+    if (kind == PACKED) linear_packed_into(x, packed, bias, O, out);
+    else if (kind == INT8) int8_(x, packed, *scales, bias, O, out);
+    else int4_(x, packed, bias, O, out);
+    return out;
   }
 
   // Adds the wall time since the last lap to a stage's total; nothing when given no totals.

@@ -408,17 +408,17 @@ void run(const T* xp, int64_t ldx, int64_t N, int64_t K, const uint8_t* wp, cons
 #endif
 
 // x [..., K] -> y [..., O]: the module's whole forward in one call (a few us of Python per call
-// add up over the ~120 linears of a pass).
+// add up over the ~120 linears of a pass). out: y's storage, given (DecoderPlan's workspace: no
+// allocation in a pass) or allocated here.
 at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, const at::Tensor* scales,
-                           const c10::optional<at::Tensor>& bias, int64_t O, bool int4) {
+                           const c10::optional<at::Tensor>& bias, int64_t O, bool int4,
+                           const c10::optional<at::Tensor>& out) {
   const char* op = int4 ? "int4_linear" : "int8_linear";
   TORCH_CHECK(has_kernels(), op, ": built without avx512_vnni or AVX2 kernels (callers check has_kernels())");
   TORCH_CHECK(x_in.dim() >= 1, op, ": x [..., K] expected, got a scalar");
   TORCH_CHECK(x_in.scalar_type() == at::kBFloat16 || x_in.scalar_type() == at::kFloat, op,
               ": x must be bf16 or fp32, got ", x_in.scalar_type());
-  auto out_sizes = x_in.sizes().vec();
-  out_sizes.back() = O;
-  at::Tensor x = x_in.reshape({-1, x_in.size(-1)});   // [N, K], a view when it can be
+  at::Tensor x = x_in.dim() == 2 ? x_in : x_in.reshape({-1, x_in.size(-1)});   // [N, K], a view when it can be
   if (x.stride(1) != 1) x = x.contiguous();
   const int64_t N = x.size(0), K = x.size(1), G = (K + GROUP - 1) / GROUP, blocks = (O + BLOCK - 1) / BLOCK;
   const int64_t group_bytes = int4 ? INT4_GROUP_BYTES : INT8_GROUP_BYTES;
@@ -434,7 +434,16 @@ at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, const 
     TORCH_CHECK(bias->numel() == O, op, ": bias [", O, "] expected, got ", bias->sizes());
     b32 = bias->to(at::kFloat).contiguous();
   }
-  auto y = at::empty(out_sizes, x.options());       // [..., O], written as [N, O]
+  at::Tensor y;                                     // [..., O], written as [N, O]
+  if (out.has_value()) {
+    y = *out;
+    TORCH_CHECK(y.is_contiguous() && y.numel() == N * O && y.size(-1) == O && y.scalar_type() == x.scalar_type(), op,
+                ": out must be contiguous [..., ", O, "] holding ", N, " rows of x's dtype, got ", y.sizes(), " ", y.scalar_type());
+  } else {
+    auto out_sizes = x_in.sizes().vec();
+    out_sizes.back() = O;
+    y = at::empty(out_sizes, x.options());
+  }
   if (N == 0 || O == 0) return y;
 #if TF_VNNI || TF_AVX2
   const auto* wp = packed.data_ptr<uint8_t>();
@@ -452,14 +461,14 @@ at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, const 
 
 // y [..., O] = x [..., K] . (q * scales)^T (+ bias); packed [O/16, K/32, 512] uint8 (q + 128), scales [O] fp32
 at::Tensor int8_linear(at::Tensor x, at::Tensor packed, at::Tensor scales,
-                          c10::optional<at::Tensor> bias, int64_t out_features) {
-  return quant_linear(x, packed, &scales, bias, out_features, false);
+                          c10::optional<at::Tensor> bias, int64_t out_features, c10::optional<at::Tensor> out) {
+  return quant_linear(x, packed, &scales, bias, out_features, false, out);
 }
 
 // y [..., O] = x [..., K] . ((q - 8) * s + z)^T (+ bias); packed [O/16, K/32, 320] uint8 (nibbles, s, z)
 at::Tensor int4_linear(at::Tensor x, at::Tensor packed, c10::optional<at::Tensor> bias,
-                          int64_t out_features) {
-  return quant_linear(x, packed, nullptr, bias, out_features, true);
+                          int64_t out_features, c10::optional<at::Tensor> out) {
+  return quant_linear(x, packed, nullptr, bias, out_features, true, out);
 }
 
 // The packed layouts above, from a dense weight w [O, K] (bf16 or fp32): what runtime/quant.py's
@@ -630,9 +639,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantize_int4", &quantize_int4, "w [O, K] -> the packed int4 layout (runtime/quant.py Int4Linear)");
   m.def("quantize_int8", &quantize_int8, "w [O, K] -> (the packed int8 layout, scales) (runtime/quant.py Int8Linear)");
   m.def("int8_linear", &int8_linear, "x [...,K] . (q*scale)^T (+ bias) -> [...,O], packed int8 weights",
-        py::arg("x"), py::arg("packed"), py::arg("scales"), py::arg("bias"), py::arg("out_features"));
+        py::arg("x"), py::arg("packed"), py::arg("scales"), py::arg("bias"), py::arg("out_features"), py::arg("out") = py::none());
   m.def("int4_linear", &int4_linear, "x [...,K] . ((q-8)*s+z)^T (+ bias) -> [...,O], packed int4 weights",
-        py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"));
+        py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"), py::arg("out") = py::none());
   m.attr("int8_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int8_linear), "triforce.int8_linear");  // DecoderPlan
   m.attr("int4_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int4_linear), "triforce.int4_linear");
   m.def("has_kernels", &has_kernels, "whether vector kernels (avx512_vnni, or AVX2) were compiled in");
