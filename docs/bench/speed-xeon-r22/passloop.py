@@ -1,5 +1,5 @@
 """A loop of one level's T-token passes for perf record -p (prints READY after set-up).
-usage: passloop.py S T fp32|bf16 SECONDS [bench flags]"""
+usage: [LEVEL=target|retrieval|drafter] passloop.py S T fp32|bf16 SECONDS [bench flags]"""
 import sys, time, argparse, torch
 from triforce.runtime.bench import add_bench_parser
 from triforce.runtime.bench.passes import built_levels
@@ -14,7 +14,7 @@ with torch.inference_mode():
     run = base_run(args, mode="triforce", temperature=0.0)
     engine = Engine(run)
     ids = prompt_ids(engine, args, S + 1)
-    lv = built_levels(engine, run, ids, S)["target"]
+    lv = built_levels(engine, run, ids, S)[__import__("os").environ.get("LEVEL", "target")]
     x = torch.tensor([ids[S - T + 1:S + 1]])
     n = lv.cache.get_seq_length()
     for _ in range(3): lv.model(x, lv.cache); lv.cache.crop(n)

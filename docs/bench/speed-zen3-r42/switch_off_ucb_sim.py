@@ -17,12 +17,12 @@ def pick(a, z, n):
             g = g2
         memo[key] = g
     return memo[key]
-def run(true_a, z, seed, new=128):
+def run(true_a, z, seed, new=128, reprobe=REPROBE_ROUNDS):
     rnd = random.Random(seed); acc = rej = drafted = 0; idle = 0; t = 0.0; out = 0
     while out < new:
         a = smoothed_acceptance(acc, rej)
         g1, g2 = pick(a, z, acc + rej)
-        if drafted < EXPLORE_TOKENS or idle >= REPROBE_ROUNDS: g2 = max(g2, 1)
+        if drafted < EXPLORE_TOKENS or idle >= reprobe: g2 = max(g2, 1)
         g2 = min(g2, new - out - 1) if new - out > 1 else 0
         if g2 == 0:
             t += target(1); out += 1; idle += 1; continue
@@ -32,6 +32,12 @@ def run(true_a, z, seed, new=128):
         while k < g2 and rnd.random() < true_a: k += 1
         acc += k; rej += k < g2; out += k + 1
     return t / out
+if sys.argv[1:] == ["--reprobe"]:   # REPROBE_ROUNDS varied too: (z, reprobe) per column, 1,500 requests a cell
+    variants = [(0, 32), (0, 16), (0, 8), (1.0, 32), (1.0, 16)]
+    for true_a in (0.3, 0.45, 0.55, 0.65, 0.7, 0.75, 0.8, 0.85):
+        row = [sum(run(true_a, z, s, reprobe=rp) for s in range(1500)) / 1500 * 1000 for z, rp in variants]
+        print(f"alpha {true_a}: " + "  ".join(f"z{z}/r{rp} {v:.2f}" for (z, rp), v in zip(variants, row)))
+    sys.exit(0)
 for true_a in (0.3, 0.45, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9):
     row = []
     for z in (0, 1.0, 1.5, 2.0):
