@@ -558,8 +558,8 @@ TF_INLINE __m256 rounded8(__m256 v, const at::BFloat16*) {   // v rounded to bf1
 #endif
 
 // One row of rms_norm: out = w * round(x * rsqrt(mean(x^2) + eps)), the sum of squares in fp32 on
-// 16 lanes (then their sum), the normalized row rounded to T before the weight multiplies it, as
-// transformers' LlamaRMSNorm does.
+// 16 lanes (8 on AVX2 builds; then their sum), the normalized row rounded to T before the weight
+// multiplies it, as transformers' LlamaRMSNorm does.
 template <typename T>
 inline void rms_row(const T* xr, const T* w, T* orow, int64_t E, float eps) {
   [[maybe_unused]] constexpr bool VEC = std::is_same_v<T, float> || std::is_same_v<T, at::BFloat16>;
