@@ -164,6 +164,24 @@ def test_lower_right_causal_bias_path(G, T, S, dtype):
     assert err < TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_out_is_written_in_place_with_the_same_bits_and_checked(kernel, dtype):
+    """DecoderPlan passes a view of its workspace as `out` (no allocation in a pass), for a packed
+    pass a slice of it: the call writes there, bit for bit what it returns without `out`, and
+    refuses a buffer of the wrong shape, dtype or stride."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 9, 4, 64, generator=gen).to(dtype)
+    k, v = cache_views(1, 3, 300, 64, dtype, gen)
+    alone = kernel.attend(q, k, v, 0.125)                                   # [1, T, H, D]
+    rows = torch.full((10, 9 * 64), float("nan")).to(dtype)
+    out = rows[3:7].view(1, 4, 9, 64)                                      # rows 3..6 of a [N, HD] workspace
+    kernel.attend(q, k, v, 0.125, out=out)
+    assert torch.equal(out, alone) and rows[:3].isnan().all() and rows[7:].isnan().all()
+    for wrong in (torch.empty(1, 4, 9, 63).to(dtype), torch.empty(1, 4, 9, 64).half(), torch.empty(1, 4, 64, 9).to(dtype).transpose(2, 3)):
+        with pytest.raises(RuntimeError, match="out must be"):
+            kernel.attend(q, k, v, 0.125, out=wrong)
+
+
 def test_attend_uses_kernel_for_decode(kernel, monkeypatch):
     calls = []
     monkeypatch.setattr(native, "attention_cpu", lambda: calls.append(1) or kernel)

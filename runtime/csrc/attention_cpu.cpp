@@ -1340,7 +1340,8 @@ bool dot_default() {
 // q [B, H, T, D], k/v [B, Hkv, S, D] (stride 1 in D) -> out [B, T, H, D], dtype of q.
 // dot_bf16: bf16 products on vdpbf16ps (true) or widened to fp32 for vfmadd (false); None
 // picks per CPU (dot_default).
-at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, double scale, std::optional<bool> dot_bf16) {
+at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, double scale, std::optional<bool> dot_bf16,
+                  std::optional<at::Tensor> into) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attend: q, k, v must be 4-D, got ", q.sizes(), k.sizes(), v.sizes());
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(), "attend: dtypes differ");
   TORCH_CHECK(k.sizes() == v.sizes(), "attend: k ", k.sizes(), " and v ", v.sizes(), " differ");
@@ -1386,7 +1387,17 @@ at::Tensor attend(at::Tensor q, at::Tensor k, at::Tensor v, double scale, std::o
   const auto dim = lane_dims(!fast ? Lanes::identity : held ? Lanes::evenodd : dot ? Lanes::vp
                              : q.scalar_type() == at::kBFloat16 ? Lanes::evenodd : Lanes::identity, sh.D);
 
-  auto out = at::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
+  // into: the output's storage (DecoderPlan's workspace: no allocation in a pass), any strides but unit in D
+  at::Tensor out;
+  if (into.has_value()) {
+    out = *into;
+    TORCH_CHECK(out.dim() == 4 && out.size(0) == sh.B && out.size(1) == sh.T && out.size(2) == sh.H && out.size(3) == sh.D &&
+                out.stride(3) == 1 && out.scalar_type() == q.scalar_type(),
+                "attend: out must be [", sh.B, ", ", sh.T, ", ", sh.H, ", ", sh.D, "] of q's dtype with unit stride in D, got ",
+                out.sizes(), " ", out.scalar_type());
+  } else {
+    out = at::empty({sh.B, sh.T, sh.H, sh.D}, q.options());
+  }
   sh.osb = out.stride(0), sh.ost = out.stride(1), sh.osh = out.stride(2);
   const int64_t parts = sh.B * sh.Hkv * sh.chunks, items = parts * row_blocks;
   // Partials (m, l, acc [R, D]) of each (b, kv head, chunk) when there are chunks to merge.
@@ -1493,7 +1504,7 @@ bool dot_bf16_default() { return TF_AVX512 && dot_default(); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend", &attend, "CPU attention for decode/verify: q [B,H,T,D], k/v [B,Hkv,S,D] -> [B,T,H,D]",
-        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none());
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("dot_bf16") = py::none(), py::arg("out") = py::none());
   m.attr("decode_rows") = ROWS_SPLIT;   // query rows (G*T) up to which calls are decode/verify items
   m.def("has_avx2", &has_avx2, "whether decode/verify items (bf16, fp32) have the AVX2 + FMA path");
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the fast (avx512_bf16) kernels were compiled in");

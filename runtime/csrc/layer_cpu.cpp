@@ -829,7 +829,7 @@ void qkv_into_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tens
 // function pointer its module exports), a cache that writes the T new tokens at slots
 // [start, start + T) of per-layer buffers [L, B, Hkv, capacity, D] with keys rotated by the
 // pass's tables, and attends to slots [0, start + T) (the full and retrieval caches).
-using AttendFn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, double, std::optional<bool>);
+using AttendFn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, double, std::optional<bool>, std::optional<at::Tensor>);
 using Int8Fn = at::Tensor (*)(at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t, c10::optional<at::Tensor>);
 using Int4Fn = at::Tensor (*)(at::Tensor, at::Tensor, c10::optional<at::Tensor>, int64_t, c10::optional<at::Tensor>);
 
@@ -843,20 +843,20 @@ template <typename F> F from_capsule(const c10::optional<py::capsule>& c) {
 // DecoderPlan's buffers for a pass, per thread: one flat tensor per buffer that only grows, viewed
 // at each pass's shape (a thread alternating the target's and the middle level's passes reuses them).
 struct Workspace {
-  struct Views { at::Tensor xn, qkv, qr, o, gate_up, act, down; };
-  at::Tensor flat[7];
+  struct Views { at::Tensor xn, qkv, qr, att, o, gate_up, act, down; };
+  at::Tensor flat[8];
   Views views(int64_t N, int64_t E, int64_t W, int64_t F, int64_t B, int64_t H, int64_t T, int64_t D,
               const at::TensorOptions& opt) {
-    const std::vector<int64_t> shapes[7] = {{N, E}, {N, W}, {B, H, T, D}, {N, E}, {N, 2 * F}, {N, F}, {N, E}};
-    at::Tensor v[7];
-    for (int i = 0; i < 7; ++i) {
+    const std::vector<int64_t> shapes[8] = {{N, E}, {N, W}, {B, H, T, D}, {N, H * D}, {N, E}, {N, 2 * F}, {N, F}, {N, E}};
+    at::Tensor v[8];
+    for (int i = 0; i < 8; ++i) {
       int64_t n = 1;
       for (int64_t d : shapes[i]) n *= d;
       if (!flat[i].defined() || flat[i].numel() < n || flat[i].scalar_type() != opt.dtype().toScalarType())
         flat[i] = at::empty({std::max<int64_t>(n, flat[i].defined() ? flat[i].numel() : 0)}, opt);
       v[i] = flat[i].narrow(0, 0, n).view(shapes[i]);
     }
-    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
   }
 };
 
@@ -901,16 +901,18 @@ class DecoderPlan {
     const int64_t B = x.size(0), T = x.size(1), E = x.size(2), N = B * T, stop = start + T;
     check_pass(x, cos, sin, k, v, stop);
     x = x.reshape({N, E}).clone();                                                            // the residual stream, updated in place
-    // The layers' buffers, reused pass after pass (no allocation in the loop beyond attention's
-    // output); K/V and last_query views made once per pass.
+    // The layers' buffers, reused pass after pass (no allocation in the loop); K/V and last_query
+    // views made once per pass.
     thread_local Workspace buffers;
     const Workspace::Views ws = buffers.views(N, E, H_ * D_ + 2 * Hkv_ * D_, ffn(), B, H_, T, D_, x.options());
     const auto keys = k.narrow(3, 0, stop).unbind(0), values = v.narrow(3, 0, stop).unbind(0);   // [B, Hkv, stop, D] each
     const std::vector<at::Tensor> lqs = last_query.has_value() ? last_query->unbind(0) : std::vector<at::Tensor>();
+    const at::Tensor att = ws.att.view({B, T, H_, D_});
     if (timing_) ++timed_passes_;
     layers(x, ws, [&](size_t l, const at::Tensor& qkv) {
       qkv_into_cache(qkv, cos, sin, ws.qr, keys[l], values[l], start, lqs.empty() ? at::Tensor() : lqs[l]);
-      return attend_(ws.qr, keys[l], values[l], scale_, std::nullopt).view({N, H_ * D_});   // [B, T, H, D] as [N, HD]
+      attend_(ws.qr, keys[l], values[l], scale_, std::nullopt, att);   // [B, T, H, D] into [N, HD]
+      return ws.att;
     });
     return x.view({B, T, E});
   }
@@ -942,10 +944,11 @@ class DecoderPlan {
     thread_local Workspace buffers;
     const Workspace::Views ws = buffers.views(N, E, HD + 2 * Hkv_ * D_, ffn(), 1, H_, N, D_, x.options());
     // each sequence's rows of the workspace's queries and of cos/sin, viewed once per pass (not per layer)
-    std::vector<at::Tensor> qrs(n), coss(n), sins(n), parts(n);
+    std::vector<at::Tensor> qrs(n), coss(n), sins(n), atts(n);
     const at::Tensor qflat = ws.qr.view({-1});
     for (int64_t i = 0; i < n; ++i) {
       qrs[i] = qflat.narrow(0, offset[i] * HD, sizes[i] * HD).view({1, H_, sizes[i], D_});   // [1, H, T_i, D]
+      atts[i] = ws.att.narrow(0, offset[i], sizes[i]).view({1, sizes[i], H_, D_});          // [1, T_i, H, D]
       coss[i] = cos.narrow(1, offset[i], sizes[i]), sins[i] = sin.narrow(1, offset[i], sizes[i]);
     }
     if (timing_) ++timed_passes_;
@@ -953,9 +956,9 @@ class DecoderPlan {
       for (int64_t i = 0; i < n; ++i) {
         qkv_into_cache(qkv.narrow(0, offset[i], sizes[i]), coss[i], sins[i], qrs[i],
                        keys[i][l], values[i][l], starts[i], lqs[i].empty() ? at::Tensor() : lqs[i][l]);
-        parts[i] = attend_(qrs[i], keys[i][l], values[i][l], scale_, std::nullopt).view({sizes[i], HD});   // [1, T_i, H, D] as [T_i, HD]
+        attend_(qrs[i], keys[i][l], values[i][l], scale_, std::nullopt, atts[i]);   // [1, T_i, H, D] into its rows of [N, HD]
       }
-      return n == 1 ? parts[0] : at::cat(parts);                                             // [N, HD]
+      return ws.att;
     });
     return x.view({1, N, E});
   }

@@ -1,6 +1,8 @@
 """A level's T-token passes on two builds of layer_cpu.cpp (the decoder plan), interleaved in one process.
-usage: OLD=path/to/old/layer_cpu.cpp [OLD_QUANT=path/to/old/quant_cpu.cpp] python pass_ab.py S T level [rounds]
-(OLD_QUANT: the old plan also takes its int8/int4 linears from that build)"""
+usage: OLD=path/to/old/layer_cpu.cpp [OLD_QUANT=path/to/old/quant_cpu.cpp] [OLD_ATTENTION=path/to/old/attention_cpu.cpp]
+       python pass_ab.py S T level [rounds]
+(OLD_QUANT, OLD_ATTENTION: the old plan also takes its int8/int4 linears, its attention, from that build;
+a plan calls them through function pointers, so pair each old layer_cpu.cpp with the sources of its commit)"""
 import os, sys, time, argparse, statistics, torch
 from torch.utils.cpp_extension import load
 from triforce.runtime import native, model as M
@@ -10,15 +12,17 @@ from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine
 S, T, level = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 12
-os.makedirs("/tmp/pass_ab_old", exist_ok=True)
-old = load(name="layer_cpu_old", sources=[os.environ["OLD"]], extra_include_paths=[str(native.CSRC)], build_directory="/tmp/pass_ab_old",
-           extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", "-w"], extra_ldflags=["-fopenmp"])
-old_quant = None
-if os.environ.get("OLD_QUANT"):
-    os.makedirs("/tmp/pass_ab_old_quant", exist_ok=True)
-    old_quant = load(name="quant_cpu_old", sources=[os.environ["OLD_QUANT"]], extra_include_paths=[str(native.CSRC)],
-                     build_directory="/tmp/pass_ab_old_quant", extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", "-w"],
-                     extra_ldflags=["-fopenmp"])
+def old_build(env: str, name: str):
+    """The module built from the source $env names (None: unset), beside the current one."""
+    if not os.environ.get(env):
+        return None
+    os.makedirs(f"/tmp/pass_ab_{name}", exist_ok=True)
+    return load(name=name, sources=[os.environ[env]], extra_include_paths=[str(native.CSRC)], build_directory=f"/tmp/pass_ab_{name}",
+                extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", "-w"], extra_ldflags=["-fopenmp"])
+
+
+old = old_build("OLD", "layer_cpu_old")
+old_quant, old_attention = old_build("OLD_QUANT", "quant_cpu_old"), old_build("OLD_ATTENTION", "attention_cpu_old")
 parser = argparse.ArgumentParser(); sub = parser.add_subparsers(dest="command"); add_bench_parser(sub)
 args = parser.parse_args(["bench", "--suite", "passes", "--contexts", str(S), "--dtypes", "bf16", "--threads", "2", "--corpus", "essays", "--levels", "target"])
 torch.set_num_threads(2)
@@ -29,12 +33,14 @@ with torch.inference_mode():
     lv = built_levels(engine, run, ids, S)[level]
     x = torch.tensor([ids[S - T + 1:S + 1]]); n = lv.cache.get_seq_length(); m = lv.model
     new_plan = M._build_plan(m)
-    real, real_quant = native.layer_cpu, native.quant_cpu
+    real = native.layer_cpu, native.quant_cpu, native.attention_cpu
     native.layer_cpu = lambda: old
     if old_quant is not None:
         native.quant_cpu = lambda: old_quant
+    if old_attention is not None:
+        native.attention_cpu = lambda: old_attention
     old_plan = M._build_plan(m)
-    native.layer_cpu, native.quant_cpu = real, real_quant
+    native.layer_cpu, native.quant_cpu, native.attention_cpu = real
     plans = {"old": old_plan, "new": new_plan}
     outs = {}
     for name, plan in plans.items():
