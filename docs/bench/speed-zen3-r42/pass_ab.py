@@ -1,6 +1,7 @@
 """A level's T-token passes on two builds of layer_cpu.cpp (the decoder plan), interleaved in one process.
 usage: OLD=path/to/old/layer_cpu.cpp [OLD_QUANT=path/to/old/quant_cpu.cpp] [OLD_ATTENTION=path/to/old/attention_cpu.cpp]
        python pass_ab.py S T level [rounds]
+Without OLD: where the current build's pass goes (DecoderPlan.run, the head, the rest), over 400 passes.
 (OLD_QUANT, OLD_ATTENTION: the old plan also takes its int8/int4 linears, its attention, from that build;
 a plan calls them through function pointers, so pair each old layer_cpu.cpp with the sources of its commit)"""
 import os, sys, time, argparse, statistics, torch
@@ -32,6 +33,22 @@ with torch.inference_mode():
     ids = prompt_ids(engine, args, S + 1)
     lv = built_levels(engine, run, ids, S)[level]
     x = torch.tensor([ids[S - T + 1:S + 1]]); n = lv.cache.get_seq_length(); m = lv.model
+    if old is None:   # where one pass goes: the decoder plan, the head (norm, lm_head, float), the rest
+        import types
+        plan, head, spent = M.decoder_plan(m), m.head, dict(plan=0.0, head=0.0)
+        def timed(f, key):
+            def call(*a, **k):
+                t = time.perf_counter(); r = f(*a, **k); spent[key] += time.perf_counter() - t; return r
+            return call
+        for _ in range(3): m(x, lv.cache); lv.cache.crop(n)
+        M._PLANS[m] = types.SimpleNamespace(run=timed(plan.run, "plan"), run_packed=plan.run_packed)
+        m.head = timed(head, "head")
+        t0 = time.perf_counter()
+        for _ in range(400): m(x, lv.cache); lv.cache.crop(n)
+        total = (time.perf_counter() - t0) / 400 * 1e3
+        print(f"{level} S={S} T={T}: pass {total:.2f} ms; plan.run {spent['plan'] / 400 * 1e3:.2f}; head (norm, lm_head, float) "
+              f"{spent['head'] / 400 * 1e3:.2f}; rest {total - (spent['plan'] + spent['head']) / 400 * 1e3:.2f}")
+        sys.exit(0)
     new_plan = M._build_plan(m)
     real = native.layer_cpu, native.quant_cpu, native.attention_cpu
     native.layer_cpu = lambda: old
