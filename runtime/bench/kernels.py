@@ -1,5 +1,5 @@
 """Micro-benchmarks of the attention kernels, side by side in one process (docs/BENCHMARKS.md):
-    python -m triforce.runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA
+    python -m triforce.runtime.bench.kernels bench [threads] [repeats]     decode/verify: kernel (dot, fma) vs SDPA vs a plain read
     python -m triforce.runtime.bench.kernels prefill [threads] [repeats]   one prefill chunk: mask vs split vs kernel
     python -m triforce.runtime.bench.kernels quant [threads] [repeats]     int8/int4 linears of a pass: native vs torch
     python -m triforce.runtime.bench.kernels sampling [threads] [repeats]  a round's probabilities and acceptance: native vs torch
@@ -25,7 +25,8 @@ def _roofs(dtype) -> tuple[float, float]:
 
 
 def _bench(threads: int = 2, repeats: int = 15) -> None:
-    """Kernel (both product variants) vs SDPA(+mask), bf16, B=1, SmolLM2's H=9, Hkv=3, D=64.
+    """Kernel (both product variants) vs SDPA(+mask) and a plain read of the same K/V (torch's sum:
+    the last column is the kernel's time over the read's), bf16, B=1, SmolLM2's H=9, Hkv=3, D=64.
 
     Medians of interleaved repeats (the machine is shared; min in brackets). K/V rotate through
     >= 160 MB of cache buffers, so every call reads from DRAM as a real pass does (30 layers of
@@ -45,12 +46,12 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
     B, H, Hkv, D, dt = 1, 9, 3, 64, torch.bfloat16
     peak_bytes, peak_flops = _roofs(torch.bfloat16)
     default = "dot" if kernel.dot_bf16_default() else "fma"
-    fns = {default: None, {"dot": "fma", "fma": "dot"}[default]: None, "sdpa": None}
+    fns = {default: None, {"dot": "fma", "fma": "dot"}[default]: None, "sdpa": None, "read": None}
     print(f"threads={threads} bf16 H={H} Hkv={Hkv} D={D}; roofline = max(bytes/{peak_bytes / 1e9:.1f} GB/s, "
           f"FLOPs/{peak_flops / 1e9:.0f} GFLOP/s) (both measured here); "
           f"median of {repeats} (min); kernel default here: {default} (vdpbf16ps = dot, fp32 FMA = fma)")
     print(f"{'S':>6} {'T':>3} " + " ".join(f"{name + ' ms':>17} {'GB/s':>5} {'x roof':>6}" for name in fns)
-          + f" {'sdpa/' + default:>10}")
+          + f" {'sdpa/' + default:>10} {default + '/read':>10}")
     for S in (8192, 32768):
         nbytes = 2 * B * Hkv * S * D * 2                       # K and V once
         buffers = [(torch.randn(B, Hkv, S + 64, D, dtype=dt), torch.randn(B, Hkv, S + 64, D, dtype=dt))
@@ -62,7 +63,10 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
             fns = {default: lambda k, v: kernel.attend(q, k, v, D ** -0.5),
                    "fma" if default == "dot" else "dot":
                        lambda k, v: kernel.attend(q, k, v, D ** -0.5, default != "dot"),
-                   "sdpa": lambda k, v: attend_reference(q, k, v)}
+                   "sdpa": lambda k, v: attend_reference(q, k, v),
+                   # the same K and V summed by torch: a plain read of the call's bytes, timed beside it
+                   # (on a shared host the bandwidth moves between minutes: round 43 saw 35 and 60 GB/s)
+                   "read": lambda k, v: [x[0, h].sum() for x in (k, v) for h in range(Hkv)]}   # [S, D] each: contiguous
             rotation = itertools.cycle(buffers)                 # each call reads another buffer: DRAM, not L3
 
             def on_next_buffer(fn):
@@ -74,7 +78,8 @@ def _bench(threads: int = 2, repeats: int = 15) -> None:
             med = {name: statistics.median(ts) for name, ts in times.items()}
             cells = [f"{med[n] * 1e3:>8.3f} ({min(ts) * 1e3:6.3f}) {nbytes / med[n] / 1e9:>5.1f} {med[n] / roof:>6.2f}"
                      for n, ts in times.items()]
-            print(f"{S:>6} {T:>3} " + " ".join(cells) + f" {med['sdpa'] / med[default]:>9.1f}x", flush=True)
+            print(f"{S:>6} {T:>3} " + " ".join(cells) + f" {med['sdpa'] / med[default]:>9.1f}x"
+                  f" {med[default] / med['read']:>9.2f}x", flush=True)
 
 
 def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
