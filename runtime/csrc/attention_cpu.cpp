@@ -104,6 +104,14 @@ const int PF_KEYS = cpu_is_amd() ? 64 : 128;
 // at 32K 1,062 -> 936 us), against 16 / 32 / 64 / 128 keys ahead and K or V alone.
 constexpr int L1_K_KEYS = 32;
 constexpr int L1_V_KEYS = 64;
+// Fused decode and verify items of more than one row tile (RBMAX < R <= FUSED_ROWS: T >= 3 at
+// G = 3) also pull K and V rows NEAR_KEYS ahead from L2 into L1 as they pack K and interleave V
+// (Prefetch::NEAR). Zen 4, round 43, 30 layers interleaved: T = 3 7-10% faster at 8K and 32K,
+// T = 5 ~1.5%; at T = 1 the same prefetches cost 4-6% (so one-tile items go without); 16 keys
+// ahead about as 8, 32 slower than none.
+constexpr int NEAR_KEYS = 8;
+// What a packer prefetches: nothing, the rows PF_KEYS ahead, or those and the rows NEAR_KEYS ahead.
+enum Prefetch : int { NO_PF = 0, FAR = 1, NEAR = 2 };
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 constexpr double LOG2E = 1.4426950408889634;
 
@@ -191,11 +199,9 @@ TF_INLINE void prefetch_line(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T2);
 }
 
-// A row of 64 bf16 (two lines) into L1, for a tile load soon after (held items)
-TF_INLINE void prefetch_row_l1(const uint16_t* row) {
-  _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(row + 32), _MM_HINT_T0);
-}
+// A line into L1; a row of 64 bf16 (two lines), for a tile load soon after (held items)
+TF_INLINE void prefetch_l1(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+TF_INLINE void prefetch_row_l1(const uint16_t* row) { prefetch_l1(row), prefetch_l1(row + 32); }
 
 // The fma products prefetch as they go, a few lines per inner iteration, so the requests
 // spread over the block's compute (the packers' bursts of one line per line loaded left the
@@ -236,7 +242,7 @@ struct Spread {
 // ---- dot (vdpbf16ps): packing ---------------------------------------------------------------
 // Kp[u][n] (32-bit units, u < D/2, n < NB): unit u of key n = (K[n][2u], K[n][2u+1]).
 // FULL: nk = npf = NB (every block but a chunk's last ones), so the loop has no branches.
-template <bool FULL>
+template <bool FULL, Prefetch PF>
 TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
   for (int g = 0; g < NB / 16; ++g) {
     for (int64_t h = 0; h < D / 32; ++h) {
@@ -244,6 +250,7 @@ TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, in
       for (int i = 0; i < 16; ++i) {
         int n = g * 16 + i;
         if (FULL || n < npf) prefetch_line(k + (n + PF_KEYS) * kss + 32 * h);
+        if (PF == NEAR && (FULL || n + NEAR_KEYS < nk)) prefetch_l1(k + (n + NEAR_KEYS) * kss + 32 * h);
         r[i] = FULL || n < nk ? _mm512_loadu_si512(k + n * kss + 32 * h) : _mm512_setzero_si512();
       }
       transpose16(r);
@@ -253,22 +260,31 @@ TF_INLINE void pack_k_bf16_t(const uint16_t* k, int64_t kss, int nk, int npf, in
 }
 
 // Full blocks without branches: 4-5% faster attention at T = 1, 8K, on the Zen 4 (round 11).
-TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp) {
-  if (nk == NB && npf == NB)
-    pack_k_bf16_t<true>(k, kss, nk, npf, D, Kp);
+// near: also the rows NEAR_KEYS ahead into L1 (Prefetch::NEAR; the rows PF_KEYS ahead always)
+TF_INLINE void pack_k_bf16(const uint16_t* k, int64_t kss, int nk, int npf, int64_t D, uint32_t* Kp, bool near = false) {
+  const bool full = nk == NB && npf == NB;
+  if (full && near)
+    pack_k_bf16_t<true, NEAR>(k, kss, nk, npf, D, Kp);
+  else if (full)
+    pack_k_bf16_t<true, FAR>(k, kss, nk, npf, D, Kp);
+  else if (near)
+    pack_k_bf16_t<false, NEAR>(k, kss, nk, npf, D, Kp);
   else
-    pack_k_bf16_t<false>(k, kss, nk, npf, D, Kp);
+    pack_k_bf16_t<false, FAR>(k, kss, nk, npf, D, Kp);
 }
 
 // Keys 2np and 2np + 1, dims [32c, 32c + 32), as vdpbf16ps P.V takes them: pairs (V[2np][d],
 // V[2np+1][d]), d = vp_dim(2c, w) in lo and vp_dim(2c + 1, w) in hi. Rows n >= nk read as zero;
-// PF: also prefetch the two rows PF_KEYS further on (those below npf). pack_v_bf16_t stores what
-// this returns, pv_bf16_fused multiplies it directly: one definition, so both give the same bits.
-template <bool FULL, bool PF>
+// PF: also prefetch the two rows PF_KEYS further on (those below npf), and with NEAR the two
+// NEAR_KEYS further on into L1 (those below nk). pack_v_bf16_t stores what this returns,
+// pv_bf16_fused multiplies it directly: one definition, so both give the same bits.
+template <bool FULL, Prefetch PF>
 TF_INLINE void key_pair(const uint16_t* v, int64_t vss, int np, int64_t c, int nk, int npf, __m512i& lo, __m512i& hi) {
   const int n0 = 2 * np, n1 = 2 * np + 1;
-  if (PF && (FULL || n0 < npf)) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
-  if (PF && (FULL || n1 < npf)) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
+  if (PF != NO_PF && (FULL || n0 < npf)) prefetch_line(v + (n0 + PF_KEYS) * vss + 32 * c);
+  if (PF != NO_PF && (FULL || n1 < npf)) prefetch_line(v + (n1 + PF_KEYS) * vss + 32 * c);
+  if (PF == NEAR && (FULL || n1 + NEAR_KEYS < nk))
+    prefetch_l1(v + (n0 + NEAR_KEYS) * vss + 32 * c), prefetch_l1(v + (n1 + NEAR_KEYS) * vss + 32 * c);
   const __m512i a = FULL || n0 < nk ? _mm512_loadu_si512(v + n0 * vss + 32 * c) : _mm512_setzero_si512();
   const __m512i b = FULL || n1 < nk ? _mm512_loadu_si512(v + n1 * vss + 32 * c) : _mm512_setzero_si512();
   lo = _mm512_unpacklo_epi16(a, b);
@@ -281,7 +297,7 @@ TF_INLINE void pack_v_bf16_t(const uint16_t* v, int64_t vss, int nk, int npf, in
   for (int np = 0; np < NB / 2; ++np)
     for (int64_t c = 0; c < D / 32; ++c) {
       __m512i lo, hi;
-      key_pair<FULL, true>(v, vss, np, c, nk, npf, lo, hi);
+      key_pair<FULL, FAR>(v, vss, np, c, nk, npf, lo, hi);
       _mm512_storeu_si512(Vp + np * D + 32 * c, lo);
       _mm512_storeu_si512(Vp + np * D + 32 * c + 16, hi);
     }
@@ -337,7 +353,7 @@ TF_INLINE void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t
 // products and their order, hence the results, are the same bits; what goes is the 8 KB store and
 // reload of the packed block per block of keys. PF: prefetch the rows PF_KEYS further on as the
 // packer does (the first row tile only); FULL: nk = npf = NB.
-template <int RB, int NV, bool FULL, bool PF>
+template <int RB, int NV, bool FULL, Prefetch PF>
 TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
   for (int r = 0; r < RB; ++r)
@@ -624,24 +640,21 @@ template <int RB> struct PVbf16 {
 template <int RB> struct PVbf16Fused {
   // up to 6 rows: 4 vectors of D a call (6 x 4 accumulators); 7..12 rows: 2 (12 x 2), so each
   // half row of V is loaded and interleaved once either way
-  template <bool FULL, bool PF>
+  template <bool FULL, Prefetch PF>
   static void all(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, float* O) {
     int64_t j = 0;
     if constexpr (RB <= RBMAX)
       for (; j + 4 <= D / 16; j += 4) pv_bf16_fused<RB, 4, FULL, PF>(P, v, vss, nk, npf, D, j, O);
     for (; j < D / 16; j += 2) pv_bf16_fused<RB, 2, FULL, PF>(P, v, vss, nk, npf, D, j, O);
   }
-  // pf: prefetch the rows ahead (the first row tile of a block only)
-  static void run(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, bool pf, float* O) {
-    const bool full = nk == NB && npf == NB;
-    if (full && pf)
-      all<true, true>(P, v, vss, nk, npf, D, O);
-    else if (full)
-      all<true, false>(P, v, vss, nk, npf, D, O);
-    else if (pf)
-      all<false, true>(P, v, vss, nk, npf, D, O);
+  // pf: what to prefetch (the first row tile of a block only; the others NO_PF)
+  static void run(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, Prefetch pf, float* O) {
+    if (nk == NB && npf == NB)
+      pf == NEAR ? all<true, NEAR>(P, v, vss, nk, npf, D, O) : pf == FAR ? all<true, FAR>(P, v, vss, nk, npf, D, O)
+                                                              : all<true, NO_PF>(P, v, vss, nk, npf, D, O);
     else
-      all<false, false>(P, v, vss, nk, npf, D, O);
+      pf == NEAR ? all<false, NEAR>(P, v, vss, nk, npf, D, O) : pf == FAR ? all<false, FAR>(P, v, vss, nk, npf, D, O)
+                                                               : all<false, NO_PF>(P, v, vss, nk, npf, D, O);
   }
 };
 template <int RB> struct PVf32 {
@@ -797,6 +810,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
   constexpr int64_t esize = sizeof(scalar_t);
   [[maybe_unused]] const int lines_per_row = (int)((D * esize + 63) / 64);
   [[maybe_unused]] const int64_t row_tiles = (R + RBMAX - 1) / RBMAX;
+  [[maybe_unused]] const bool near = FUSED && R > RBMAX;   // K and V rows NEAR_KEYS ahead into L1 too
   // Query rows of this item: row r = g*T + t is q[b, h*G + g, t] (bf16 pairs for dot, fp32 else).
   for (int64_t r = 0; r < R; ++r) {
     int64_t g = (r0 + r) / sh.T, t = (r0 + r) % sh.T;
@@ -882,7 +896,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
         }
 #endif
       } else if (DOT)
-        pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp));
+        pack_k_bf16(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, npf, D, reinterpret_cast<uint32_t*>(Kp), near);
       else if constexpr (BF16_IN)
         pack_k_bf16_f32(reinterpret_cast<const uint16_t*>(k + n0 * sh.kss), sh.kss, nk, D, Kp);
       else
@@ -994,7 +1008,7 @@ void run_item(const Shape& sh, const scalar_t* q, const scalar_t* k, const scala
           for (int64_t r = 0; r < R; r += 2 * RBMAX)
             by_rows<PVbf16Fused, 1, 2 * RBMAX>((int)std::min<int64_t>(2 * RBMAX, R - r),
                                    reinterpret_cast<const uint32_t*>(reinterpret_cast<uint16_t*>(P) + r * NB),
-                                   reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r == 0, acc + r * D);
+                                   reinterpret_cast<const uint16_t*>(v + n0 * sh.vss), sh.vss, nk, npf, D, r > 0 ? NO_PF : near ? NEAR : FAR, acc + r * D);
           continue;
         }
         // fma: this chunk's V, then the next chunk's K
