@@ -351,8 +351,8 @@ TF_INLINE void pv_bf16(const uint32_t* P, const uint32_t* Vp, int64_t D, int64_t
 // pv_bf16 with the packing of V fused in (decode items of up to FUSED_ROWS rows, in tiles of up
 // to 12): key_pair interleaves the rows in registers exactly as pack_v_bf16 stores them, so the
 // products and their order, hence the results, are the same bits; what goes is the 8 KB store and
-// reload of the packed block per block of keys. PF: prefetch the rows PF_KEYS further on as the
-// packer does (the first row tile only); FULL: nk = npf = NB.
+// reload of the packed block per block of keys. PF: prefetch as the packer does (FAR: the rows
+// PF_KEYS on; NEAR: also those NEAR_KEYS on, into L1), the first row tile only; FULL: nk = npf = NB.
 template <int RB, int NV, bool FULL, Prefetch PF>
 TF_INLINE void pv_bf16_fused(const uint32_t* P, const uint16_t* v, int64_t vss, int nk, int npf, int64_t D, int64_t j0, float* O) {
   __m512 acc[RB][NV];
