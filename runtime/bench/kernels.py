@@ -224,7 +224,7 @@ def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
     print(f"threads={threads}, bf16, 30 layers of KV; median of {repeats} interleaved (ms); ratio = old / new")
     for S in (7200, 32000):
         layers = [(torch.randn(1, 3, S, 64).bfloat16(), torch.randn(1, 3, S, 64).bfloat16()) for _ in range(30)]
-        for T in (1, 2, 4, 5, 6, 8, 10, 16):   # 5 | 6: one row tile | two (G = 3)
+        for T in (1, 2, 3, 4, 5, 6, 8, 10, 16):   # 2 | 3: one 6-row vdpbf16ps tile | two; 5 | 6: one AMX tile | two (G = 3)
             q = torch.randn(1, 9, T, 64).bfloat16()
             fns = {name: (lambda m=m: [m.attend(q, k, v, 0.125) for k, v in layers]) for name, m in (("old", old), ("new", new))}
             t = {k: statistics.median(v) for k, v in interleaved({k: timed(f) for k, f in fns.items()}, repeats).items()}
