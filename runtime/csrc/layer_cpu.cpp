@@ -309,10 +309,10 @@ void packed_rows(const X* x, int64_t ldx, int64_t N, const X* wb, int64_t K, con
 // streams its slab once; then it takes single blocks from the back of the other's run (Runs).
 // Up to ONE_STREAM_ROWS x rows, the PB blocks go one after the other (tiles of one block): a tile
 // of PB blocks reads PB streams K * 32 bytes apart at once, and at these row counts one stream at
-// a time reads faster (why, not isolated: the products are the same). The target's 120 decoder linears and head, bf16, 2 threads, interleaved with the PB
-// tiles (round 44, Zen 4): N = 2..7 7-13% faster while the host read 37 GB/s, 10-20% at 62 GB/s
-// (N = 1: 0-8%); fp32 N = 3 / 4 / 7 3 / 6 / 18%. At N = 8 one-block tiles ran 2-10% slower. The
-// same products in the same order: y is bitwise the same.
+// a time reads faster (why was not isolated). The target's 120 decoder linears and head, bf16,
+// 2 threads, interleaved with PB-block tiles (round 44, Zen 4): N = 2..7 7-13% faster while the
+// host read 37 GB/s, 10-20% at 62 GB/s (N = 1: 0-8%); fp32 N = 3 / 4 / 7 3 / 6 / 18% faster. At
+// N = 8 one-block tiles ran 2-10% slower. The same products in the same order: bitwise the same y.
 constexpr int64_t ONE_STREAM_ROWS = 7;
 template <typename X, typename Y>
 void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, const float* bp, Y* yp, int64_t O) {
