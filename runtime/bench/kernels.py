@@ -6,6 +6,9 @@
     python -m triforce.runtime.bench.kernels against OLD.cpp [threads] [repeats]
         this attention kernel against another version of runtime/csrc/attention_cpu.cpp (e.g.
         `git show REV:runtime/csrc/attention_cpu.cpp > OLD.cpp`), both built here, interleaved
+    python -m triforce.runtime.bench.kernels linears [OLD.cpp] [threads] [repeats]
+        the target's packed bf16 linears at 1-16 rows against a plain read of their bytes, and
+        against another version of runtime/csrc/layer_cpu.cpp when given one
 """
 from __future__ import annotations
 
@@ -201,24 +204,30 @@ def _bench_sampling(threads: int = 2, repeats: int = 51) -> None:
         print(f"accept of {K} drafts  native {t['native']:7.0f}  torch {t['torch']:7.0f}")
 
 
+def _build_beside(source: str, name: str):
+    """`source`, another version of one of runtime/csrc's kernel files, compiled here as module
+    `name` (beside this build's own, for an A/B in one process)."""
+    import os
+    import tempfile
+
+    from torch.utils import cpp_extension
+
+    from triforce.runtime.native import CSRC
+    build = tempfile.mkdtemp(prefix=f"triforce-{name}-")
+    return cpp_extension.load(name=name, sources=[os.path.abspath(source)], build_directory=build,
+                              extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native", f"-I{CSRC}"],
+                              extra_ldflags=["-fopenmp"])
+
+
 def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
     """A/B of two attention kernels in one process: this build and `source` compiled beside it,
     interleaved, on 30 layers of SmolLM2's KV (bf16, H=9, Hkv=3, D=64) at 7,200 and 32,000 keys for
     T = 1..16 (decode/verify), and one 1,024-row prefill chunk. Medians; ratio = old / new."""
-    import os
     import statistics
-    import tempfile
-    from pathlib import Path
 
     import torch
-    from torch.utils import cpp_extension
-
-    from triforce.runtime.native import CSRC
     torch.set_num_threads(threads)
-    build = Path(tempfile.mkdtemp(prefix="triforce-against-"))
-    old = cpp_extension.load(name="triforce_attention_against", sources=[os.path.abspath(source)],
-                             build_directory=str(build), extra_cflags=["-O3", "-std=c++17", "-fopenmp", "-march=native",
-                                                                       f"-I{CSRC}"], extra_ldflags=["-fopenmp"])
+    old = _build_beside(source, "triforce_attention_against")
     new = attention_cpu()
     assert new is not None, "native attention did not build"
     print(f"threads={threads}, bf16, 30 layers of KV; median of {repeats} interleaved (ms); ratio = old / new")
@@ -238,6 +247,45 @@ def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
         del layers
 
 
+# SmolLM2-135M's decoder linears as the plan runs them, (O, K): fused qkv, o, fused gate_up, down
+LAYER_LINEARS = ((960, 576), (576, 576), (3072, 576), (576, 1536))
+
+
+def _bench_linears(source: str | None = None, threads: int = 2, repeats: int = 11, rows=(1, 2, 3, 4, 6, 8, 16)) -> None:
+    """The target's 120 decoder linears and its head (SmolLM2-135M's shapes, packed bf16, random
+    weights: 269 MB, past any cache) at N rows, interleaved with torch's sum of the same number of
+    bytes ("x read": the linears' time over the read's, which moves with the host's bandwidth) and,
+    given `source` (another version of runtime/csrc/layer_cpu.cpp), with that build's linears
+    (ratio = old / new). Medians, ms."""
+    import statistics
+
+    import torch
+    import torch.nn as nn
+
+    from triforce.runtime.native import layer_cpu
+    from triforce.runtime.ops import PackedLinear
+    torch.set_num_threads(threads)
+    builds = {"new": layer_cpu()}
+    assert builds["new"] is not None, "native linears did not build"
+    if source:
+        builds["old"] = _build_beside(source, "triforce_layer_against")
+    shapes = list(LAYER_LINEARS) * 30 + [(49152, 576)]
+    mats = [PackedLinear(nn.Linear(k, o, bias=False, dtype=torch.bfloat16)) for o, k in shapes]
+    nbytes = sum(m.packed.numel() * m.packed.element_size() for m in mats)
+    flat = torch.ones(nbytes // 4)
+    print(f"threads={threads}, bf16, {len(shapes)} packed linears ({nbytes / 1e6:.0f} MB); median of {repeats} interleaved (ms)")
+    for n in rows:
+        xs = {k: torch.randn(n, k, dtype=torch.bfloat16) for k in {k for _, k in shapes}}
+        fns = {name: (lambda b=b: [b.linear_packed(xs[k], m.packed, None, o) for (o, k), m in zip(shapes, mats)])
+               for name, b in builds.items()}
+        fns["read"] = flat.sum
+        t = {k: statistics.median(v) for k, v in interleaved({k: timed(f) for k, f in fns.items()}, repeats).items()}
+        line = f"N={n:>2}  new {t['new'] * 1e3:7.2f} ({t['new'] / t['read']:.2f}x read)"
+        if "old" in t:
+            line += f"  old {t['old'] * 1e3:7.2f} ({t['old'] / t['read']:.2f}x read)  ratio {t['old'] / t['new']:.2f}"
+        print(line + f"  read {nbytes / t['read'] / 1e9:.1f} GB/s", flush=True)
+
+
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else "bench"
     if command == "bench":
@@ -250,6 +298,11 @@ if __name__ == "__main__":
         _bench_sampling(*map(int, sys.argv[2:4]))
     elif command == "against" and len(sys.argv) > 2:
         _bench_against(sys.argv[2], *map(int, sys.argv[3:5]))
+    elif command == "linears":
+        args = sys.argv[2:]
+        source = args.pop(0) if args and not args[0].isdigit() else None
+        _bench_linears(source, *map(int, args[:2]))
     else:
         sys.exit("usage: python -m triforce.runtime.bench.kernels bench | prefill | quant | sampling [threads] [repeats]\n"
-                 "       python -m triforce.runtime.bench.kernels against OLD_attention_cpu.cpp [threads] [repeats]")
+                 "       python -m triforce.runtime.bench.kernels against OLD_attention_cpu.cpp [threads] [repeats]\n"
+                 "       python -m triforce.runtime.bench.kernels linears [OLD_layer_cpu.cpp] [threads] [repeats]")
