@@ -1,7 +1,8 @@
 """Attention over short caches (the middle level's: S keys, 3 KV heads, G = 3), 30 layers, 2 threads: cold (4 sets of 30 layers
 rotated, beyond the L3) against hot (one layer's K/V 30 times), T = 1..3; variants (argv) interleaved."""
-import sys, os, time, statistics, torch
-import triforce.runtime
+import sys, os, time, statistics
+import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
+import torch
 from torch.utils import cpp_extension
 from triforce.runtime.native import CSRC, attention_cpu
 torch.set_num_threads(int(os.environ.get("TH","2")))

@@ -1,6 +1,7 @@
 """The packed linears of this build against the old source (argv[1]): outputs torch.equal for N = 1..20, bf16 and fp32, odd O."""
-import sys, os, torch
-import triforce.runtime
+import sys, os
+import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
+import torch
 from torch.utils import cpp_extension
 from triforce.runtime.native import CSRC, layer_cpu
 from triforce.runtime.ops import PackedLinear

@@ -1,5 +1,7 @@
 """ns per key and KV head, 1 thread, K/V small enough for L2 (S keys, 3 KV heads, G = 3), per T."""
-import sys, time, torch, os
+import sys, time, os
+import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
+import torch
 from triforce.runtime.native import attention_cpu
 torch.set_num_threads(int(os.environ.get("TH","1")))
 mod = attention_cpu()

@@ -1,6 +1,7 @@
 """The target's packed bf16 linears at N rows, 2 threads: this build against variant sources (argv), interleaved, with a sum of the same bytes."""
-import sys, os, torch, time, statistics
-import triforce.runtime
+import sys, os, time, statistics
+import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
+import torch
 from torch.utils import cpp_extension
 from triforce.runtime.native import CSRC, layer_cpu
 from triforce.runtime.ops import PackedLinear

@@ -1,7 +1,9 @@
 """Where the pieces of a middle-level (or any level: argv[3]) pass go at S = argv[1], T = argv[2]: plan.run, head,
 1 against 2 threads, stage times, a cProfile; argv[4]: seconds of the first timing loop.
 usage: python midprof.py S T [retrieval|drafter|target] [seconds]"""
-import sys, time, argparse, torch, statistics
+import sys, time, argparse, statistics
+import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
+import torch
 from triforce.runtime.bench.passes import built_levels
 from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine

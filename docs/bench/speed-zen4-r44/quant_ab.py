@@ -1,7 +1,8 @@
 """The middle level's int4 linears (30 layers x qkv, o, gate_up, down) + its int8 head at N rows, 2 threads:
 this build's quant_cpu against variant sources (argv), interleaved, with a sum of the same bytes."""
-import sys, os, torch, time, statistics
-import triforce.runtime
+import sys, os, time, statistics
+import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
+import torch
 from torch.utils import cpp_extension
 from triforce.runtime.native import CSRC, quant_cpu
 from triforce.runtime.quant import Int4Linear, Int8Linear
