@@ -307,19 +307,21 @@ void packed_rows(const X* x, int64_t ldx, int64_t N, const X* wb, int64_t K, con
 // y [N, O] from the packed blocks (X: the element type of x and the weights, bf16 as uint16_t):
 // each thread owns an even run of blocks and takes them PB at a time from its front, so it
 // streams its slab once; then it takes single blocks from the back of the other's run (Runs).
-// Up to ONE_STREAM_ROWS x rows, the PB blocks go one after the other (tiles of one block): a tile
+// Up to one_stream_rows x rows, the PB blocks go one after the other (tiles of one block): a tile
 // of PB blocks reads PB streams K * 32 bytes apart at once, and at these row counts one stream at
-// a time reads faster (why was not isolated). The target's 120 decoder linears and head, bf16,
-// 2 threads, interleaved with PB-block tiles (round 44, Zen 4): N = 2..7 7-13% faster while the
-// host read 37 GB/s, 10-20% at 62 GB/s (N = 1: 0-8%); fp32 N = 3 / 4 / 7 3 / 6 / 18% faster. At
-// N = 8 one-block tiles ran 2-10% slower. The same products in the same order: bitwise the same y.
-constexpr int64_t ONE_STREAM_ROWS = 7;
+// a time reads faster (why was not isolated). The target's 120 decoder linears and head, 2
+// threads, interleaved with PB-block tiles (round 44, Zen 4): bf16 N = 2..7 7-13% faster while the
+// host read 37 GB/s, 10-20% at 62 GB/s (N = 1: 0-8%), N = 8 2-10% slower, N = 12-16 about even;
+// fp32 (6-row tiles of 4 blocks) N = 3 / 4 / 7 3 / 6 / 18% faster, N = 8 / 10 / 16 14 / 15 / 8%
+// (12: even). The same products in the same order: bitwise the same y.
+template <typename X>
+constexpr int64_t one_stream_rows() { return std::is_same_v<X, float> ? 16 : 7; }
 template <typename X, typename Y>
 void packed_blocks(const X* xp, int64_t ldx, int64_t N, const X* wp, int64_t K, const float* bp, Y* yp, int64_t O) {
   constexpr int PB = 4;  // blocks per tile (64 outputs)
   const int64_t B = (O + 15) / 16;
   for_runs(B, PB, [&](int64_t b, int64_t end) {
-    if (N <= ONE_STREAM_ROWS) {
+    if (N <= one_stream_rows<X>()) {
       for (; b < end; ++b) packed_rows<1>(xp, ldx, N, wp + b * K * 16, K, bp, yp, O, b * 16);
       return;
     }
