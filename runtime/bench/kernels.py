@@ -111,6 +111,7 @@ def _bench_prefill(threads: int = 2, repeats: int = 2, T: int = 1024) -> None:
 
 SMOLLM2_LINEARS = [(960, 576), (576, 576), (3072, 576), (576, 1536)]   # [O, K]: qkv, o, gate_up, down
 SMOLLM2_LAYERS, SMOLLM2_HEAD = 30, (49152, 576)
+SMOLLM2_PASS = [s for _ in range(SMOLLM2_LAYERS) for s in SMOLLM2_LINEARS] + [SMOLLM2_HEAD]   # a pass's linears, in order
 
 
 def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 256)) -> None:
@@ -128,7 +129,7 @@ def _bench_quant(threads: int = 2, repeats: int = 7, rows=(1, 2, 4, 8, 16, 64, 2
     torch.set_num_threads(threads)
     kernel = _native_kernels()
     assert kernel is not None, "native quant_cpu did not build its vector kernels (avx512_vnni or AVX2)"
-    shapes = [s for _ in range(SMOLLM2_LAYERS) for s in SMOLLM2_LINEARS] + [SMOLLM2_HEAD]
+    shapes = SMOLLM2_PASS
     weights = sum(o * k for o, k in shapes)
     bandwidth = read_bandwidth_gbs() * 1e9   # the floor column: packed bytes / this machine's bandwidth
     print(f"threads={threads}, {len(shapes)} matrices, {weights / 1e6:.1f}M weights, bf16 activations; "
@@ -204,7 +205,7 @@ def _bench_sampling(threads: int = 2, repeats: int = 51) -> None:
         print(f"accept of {K} drafts  native {t['native']:7.0f}  torch {t['torch']:7.0f}")
 
 
-def _build_beside(source: str, name: str):
+def build_beside(source: str, name: str):
     """`source`, another version of one of runtime/csrc's kernel files, compiled here as module
     `name` (beside this build's own, for an A/B in one process)."""
     import os
@@ -227,7 +228,7 @@ def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
 
     import torch
     torch.set_num_threads(threads)
-    old = _build_beside(source, "triforce_attention_against")
+    old = build_beside(source, "triforce_attention_against")
     new = attention_cpu()
     assert new is not None, "native attention did not build"
     print(f"threads={threads}, bf16, 30 layers of KV; median of {repeats} interleaved (ms); ratio = old / new")
@@ -247,10 +248,6 @@ def _bench_against(source: str, threads: int = 2, repeats: int = 9) -> None:
         del layers
 
 
-# SmolLM2-135M's decoder linears as the plan runs them, (O, K): fused qkv, o, fused gate_up, down
-LAYER_LINEARS = ((960, 576), (576, 576), (3072, 576), (576, 1536))
-
-
 def _bench_linears(source: str | None = None, threads: int = 2, repeats: int = 11, rows=(1, 2, 3, 4, 6, 8, 16)) -> None:
     """The target's 120 decoder linears and its head (SmolLM2-135M's shapes, packed bf16, random
     weights: 269 MB, past any cache) at N rows, interleaved with torch's sum of the same number of
@@ -268,8 +265,8 @@ def _bench_linears(source: str | None = None, threads: int = 2, repeats: int = 1
     builds = {"new": layer_cpu()}
     assert builds["new"] is not None, "native linears did not build"
     if source:
-        builds["old"] = _build_beside(source, "triforce_layer_against")
-    shapes = list(LAYER_LINEARS) * 30 + [(49152, 576)]
+        builds["old"] = build_beside(source, "triforce_layer_against")
+    shapes = SMOLLM2_PASS
     mats = [PackedLinear(nn.Linear(k, o, bias=False, dtype=torch.bfloat16)) for o, k in shapes]
     nbytes = sum(m.packed.numel() * m.packed.element_size() for m in mats)
     flat = torch.ones(nbytes // 4)

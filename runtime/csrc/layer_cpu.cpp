@@ -312,8 +312,8 @@ void packed_rows(const X* x, int64_t ldx, int64_t N, const X* wb, int64_t K, con
 // a time reads faster (why was not isolated). The target's 120 decoder linears and head, 2
 // threads, interleaved with PB-block tiles (round 44, Zen 4): bf16 N = 2..7 7-13% faster while the
 // host read 37 GB/s, 10-20% at 62 GB/s (N = 1: 0-8%), N = 8 2-10% slower, N = 12-16 about even;
-// fp32 (6-row tiles of 4 blocks) N = 3 / 4 / 7 3 / 6 / 18% faster, N = 8 / 10 / 16 14 / 15 / 8%
-// (12: even). The same products in the same order: bitwise the same y.
+// fp32 (6-row tiles of 4 blocks) N = 3 / 4 / 7 3 / 6 / 18% faster, N = 8 / 10 / 16 14 / 9-15 /
+// 5-8% (12: even). The same products in the same order: bitwise the same y.
 template <typename X>
 constexpr int64_t one_stream_rows() { return std::is_same_v<X, float> ? 16 : 7; }
 template <typename X, typename Y>

@@ -2,9 +2,9 @@
 import sys, os
 import triforce.runtime   # first: its allocator settings apply before torch allocates
 import torch
-from triforce.runtime.bench.kernels import _build_beside
+from triforce.runtime.bench.kernels import build_beside
 from triforce.runtime.native import attention_cpu
-new, old = attention_cpu(), _build_beside(sys.argv[1], "triforce_attention_biteq")
+new, old = attention_cpu(), build_beside(sys.argv[1], "triforce_attention_biteq")
 torch.manual_seed(0); n = bad = 0
 for th in (1, 2):
     torch.set_num_threads(th)

@@ -3,14 +3,13 @@ rotated, beyond the L3) against hot (one layer's K/V 30 times), T = 1..3; varian
 import sys, os, time, statistics
 import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
 import torch
-from torch.utils import cpp_extension
-from triforce.runtime.native import CSRC, attention_cpu
+from triforce.runtime.bench.kernels import build_beside
+from triforce.runtime.native import attention_cpu
 torch.set_num_threads(int(os.environ.get("TH","2")))
 mods={"cur": attention_cpu()}
 for path in sys.argv[1:]:
-    name=os.path.basename(path)[:-4]; d=f"/tmp/attn_ab/b_{name}"; os.makedirs(d,exist_ok=True)
-    mods[name]=cpp_extension.load(name=f"ab_{name}", sources=[path], build_directory=d,
-        extra_cflags=["-O3","-std=c++17","-fopenmp","-march=native",f"-I{CSRC}","-w"], extra_ldflags=["-fopenmp"])
+    name=os.path.basename(path)[:-4]
+    mods[name]=build_beside(path, f"ab_{name}")
 S=int(os.environ.get("S","1024"))
 sets=[[(torch.randn(1,3,S,64).bfloat16(), torch.randn(1,3,S,64).bfloat16()) for _ in range(30)] for _ in range(4)]
 nb=30*2*3*S*64*2

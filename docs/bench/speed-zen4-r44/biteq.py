@@ -2,13 +2,11 @@
 import sys, os
 import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
 import torch
-from torch.utils import cpp_extension
-from triforce.runtime.native import CSRC, layer_cpu
+from triforce.runtime.bench.kernels import build_beside
+from triforce.runtime.native import layer_cpu
 from triforce.runtime.ops import PackedLinear
 new = layer_cpu()
-d="/tmp/lin_ab/b_old"; os.makedirs(d, exist_ok=True)
-old = cpp_extension.load(name="lab_old", sources=[sys.argv[1]], build_directory=d,
-        extra_cflags=["-O3","-std=c++17","-fopenmp","-march=native",f"-I{CSRC}","-w"], extra_ldflags=["-fopenmp"])
+old = build_beside(sys.argv[1], "lab_old")
 torch.manual_seed(0); bad = 0; n = 0
 for th in (1, 2):
     torch.set_num_threads(th)

@@ -2,17 +2,16 @@
 import sys, os, time, statistics
 import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
 import torch
-from torch.utils import cpp_extension
-from triforce.runtime.native import CSRC, layer_cpu
+from triforce.runtime.bench.kernels import SMOLLM2_PASS, build_beside
+from triforce.runtime.native import layer_cpu
 from triforce.runtime.ops import PackedLinear
 torch.set_num_threads(int(os.environ.get("TH","2")))
 mods={"cur": layer_cpu()}
 for path in sys.argv[1:]:
-    name=os.path.basename(path)[:-4]; d=f"/tmp/lin_ab/b_{name}"; os.makedirs(d,exist_ok=True)
-    mods[name]=cpp_extension.load(name=f"lab_{name}", sources=[path], build_directory=d,
-        extra_cflags=["-O3","-std=c++17","-fopenmp","-march=native",f"-I{CSRC}","-w"], extra_ldflags=["-fopenmp"])
+    name=os.path.basename(path)[:-4]
+    mods[name]=build_beside(path, f"lab_{name}")
 DT = getattr(torch, os.environ.get("DT","bfloat16"))
-shapes = [(960,576),(576,576),(3072,576),(576,1536)] * 30 + ([(49152,576)] if os.environ.get("HEAD") else [])
+shapes = SMOLLM2_PASS if os.environ.get("HEAD") else SMOLLM2_PASS[:-1]   # the head last
 mats = [PackedLinear(torch.nn.Linear(k,o,bias=False,dtype=DT)) for o,k in shapes]
 nb = sum(m.packed.numel()*m.packed.element_size() for m in mats); flat = torch.ones(nb//4)
 Ns=[int(n) for n in os.environ.get("NS","1 3 4").split()]

@@ -3,16 +3,15 @@ this build's quant_cpu against variant sources (argv), interleaved, with a sum o
 import sys, os, time, statistics
 import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
 import torch
-from torch.utils import cpp_extension
-from triforce.runtime.native import CSRC, quant_cpu
+from triforce.runtime.bench.kernels import SMOLLM2_PASS, build_beside
+from triforce.runtime.native import quant_cpu
 from triforce.runtime.quant import Int4Linear, Int8Linear
 torch.set_num_threads(int(os.environ.get("TH","2")))
 mods={"cur": quant_cpu()}
 for path in sys.argv[1:]:
-    name=os.path.basename(path)[:-4]; d=f"/tmp/quant_ab/b_{name}"; os.makedirs(d,exist_ok=True)
-    mods[name]=cpp_extension.load(name=f"qab_{name}", sources=[path], build_directory=d,
-        extra_cflags=["-O3","-std=c++17","-fopenmp","-march=native",f"-I{CSRC}","-w"], extra_ldflags=["-fopenmp"])
-shapes = [(960,576),(576,576),(3072,576),(576,1536)] * 30
+    name=os.path.basename(path)[:-4]
+    mods[name]=build_beside(path, f"qab_{name}")
+shapes = SMOLLM2_PASS[:-1]   # the head: int8, below
 mats = [Int4Linear(torch.nn.Linear(k,o,bias=False,dtype=torch.bfloat16)) for o,k in shapes]
 head = Int8Linear(torch.nn.Linear(576,49152,bias=False,dtype=torch.bfloat16))
 nb = sum(m.packed.numel() for m in mats) + head.packed.numel(); flat = torch.ones(nb//4)
