@@ -388,6 +388,7 @@ class Engine(Checkpoint):
                                chain(rebuild_policy(run, len(prompt_ids)), tuner))
         if tuner:
             decoder.copy_cap = tuner.copy_cap()
+            decoder.extend = tuner.extension()
         decoder.lookup = ContextLookup() if run.lookup and len(stack) > 1 else None
         gen, decode_s = timed(decode, decoder, run.max_new_tokens, self.cfg.eos_token_ids, on_tokens,
                               device=self.device)

@@ -60,6 +60,13 @@ PROBE_ORDER = (5, 6, 2, 8, 12, 4)        # after 1 and the largest
 PROBE_SHARE = 1 / 16
 TOP_PROBE_SHARE = 1 / 32
 REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by the passes run since
+# Extension (speculate.Extension): past γ2, the levels below go on drafting while the last token drawn had
+# a top probability of at least EXTEND_CONFIDENCE and the next one's expected tokens are worth its cost
+# (GammaTuner.extension_pays). Teacher-forced on the essays (round 45), middle-level drafts whose top
+# probability was 0.9 or more were accepted 0.97-1.0 of the time at 7K and 32K, greedy and T = 0.6.
+EXTEND_CONFIDENCE = 0.9
+EXTEND_PRIOR = 0.9          # an extension token's chance to pass before any has been tested ...
+EXTEND_UNIT = 4             # ... and the drafting cost of one priced as that of EXTEND_UNIT tokens / EXTEND_UNIT
 SEEN_PASSES = 8             # passes of a level before its probed costs are rescaled
 
 
@@ -72,13 +79,27 @@ def expected_tokens(alpha: float, gamma: int) -> float:
 
 def per_token_acceptance(stats) -> float:
     """Estimated chance that one offered token is accepted (GammaTuner.alphas), smoothed by a prior
-    of PRIOR_WEIGHT tested tokens at PRIOR_ACCEPTANCE."""
-    return smoothed_acceptance(stats.accepted, stats.rejections)
+    of PRIOR_WEIGHT tested tokens at PRIOR_ACCEPTANCE. Extension tokens are left out: they were
+    drafted because the proposer was sure of them, so they pass more often than the γ a round
+    chooses would (extension_pays prices them by sure_acceptance)."""
+    return smoothed_acceptance(stats.accepted - stats.extended_accepted, stats.rejections - stats.extended_rejections)
 
 
-def smoothed_acceptance(accepted: int, rejections: int) -> float:
+def sure_acceptance(stats) -> float:
+    """Estimated chance that a draft token its proposer was sure of (speculate.Extension) passes,
+    smoothed by a prior at EXTEND_PRIOR."""
+    return smoothed_acceptance(stats.sure_accepted, stats.sure - stats.sure_accepted, EXTEND_PRIOR)
+
+
+def unsure_acceptance(stats) -> float:
+    """The same for the draft tokens its proposer was not sure of (smoothed as per_token_acceptance)."""
+    unsure_accepted = stats.accepted - stats.sure_accepted
+    return smoothed_acceptance(unsure_accepted, stats.rejections - (stats.sure - stats.sure_accepted))
+
+
+def smoothed_acceptance(accepted: int, rejections: int, prior: float = PRIOR_ACCEPTANCE) -> float:
     """accepted / tested (a round tests tokens until its first rejection), with the prior's weight."""
-    return (accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (accepted + rejections + PRIOR_WEIGHT)
+    return (accepted + prior * PRIOR_WEIGHT) / (accepted + rejections + PRIOR_WEIGHT)
 
 
 def rounded(alpha: float) -> float:
@@ -327,6 +348,28 @@ class GammaTuner:
         self.gammas, self.predicted = self.choices[key]
         return self.gammas
 
+    def extension(self):
+        """The decoder's Extension: drafts past γ2 while sure, up to the cap of γ2, as extension_pays says."""
+        from triforce.runtime.speculate import Extension
+        return Extension(EXTEND_CONFIDENCE, self.caps[-1], self.extension_pays)
+
+    def extension_pays(self, seen: list[float], base: int, drafted: int) -> bool:
+        """Whether one more draft token, after `drafted` (base of them the round's γ2; `seen`: the
+        proposer's confidence in each), is worth it: its cost (the levels below drafting it, priced
+        per token over EXTEND_UNIT, and one more row in the top level's verify pass) against the
+        tokens it adds in expectation (the chance that every draft so far passes, each at the
+        acceptance of its kind, sure or not, times the top level's per-token acceptance for it),
+        at the seconds per token of the current choice: extending lowers the round's cost per token
+        exactly when the extra token costs less per token it adds."""
+        top, alphas, stats = len(self.costs) - 1, self.alphas(), self.stack[-1].stats
+        sure, unsure = sure_acceptance(stats), unsure_acceptance(stats)
+        passed = 1.0
+        for c in seen[:drafted]:
+            passed *= sure if c >= EXTEND_CONFIDENCE else unsure
+        drafting = draft_seconds(self.costs, alphas, tuple(self.gammas), top - 1, EXTEND_UNIT) / EXTEND_UNIT
+        row = self.costs[top](drafted + 2) - self.costs[top](drafted + 1)
+        return drafting + row < self.predicted * passed * alphas[-1]
+
     def copy_acceptance(self) -> float:
         """The chance that one copied token passes the top level, from its copies so far (smoothed)."""
         top = self.stack[-1].stats
@@ -370,6 +413,10 @@ class GammaTuner:
                   + (f"; a round verifying a context copy of up to {cap} tokens instead: predicted "
                      f"{1000 * copy_s:.1f} ms/token" if self.copies else ""))
         copies = dict(copy_predicted_ms_per_token=round(1000 * copy_s, 3)) if self.copies else {}
+        top = self.stack[-1].stats
+        extension = dict(confidence=EXTEND_CONFIDENCE, cap=self.caps[-1], tokens=top.extended,
+                         accepted=top.extended_accepted, sure_acceptance=round(sure_acceptance(top), 4),
+                         unsure_acceptance=round(unsure_acceptance(top), 4))
         free, free_g = free_draft_seconds(self.costs[-1], self.alphas()[-1], self.caps[-1])
         best, best_g = free_draft_seconds(self.costs[-1], 1.0, self.caps[-1])
         reason += (f"; with free drafts the target's own passes allow {1000 * free:.1f} ms/token at its acceptance "
@@ -382,7 +429,7 @@ class GammaTuner:
             pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.costs)},
             probe_pass_ms={n: {str(t): round(1000 * s, 3) for t, s in c.points} for n, c in zip(names, self.probed)},
             rounds_per_choice={",".join(map(str, g)): n for g, n in self.chosen.most_common()},
-            copy_cap=cap, ceiling=ceiling,
+            copy_cap=cap, ceiling=ceiling, extension=extension,
             reason=reason)}
 
 

@@ -16,6 +16,7 @@ is a valid draft for the target: stacking the rule twice is TriForce, lossless a
 from __future__ import annotations
 
 from collections import deque
+import dataclasses
 from dataclasses import asdict, dataclass
 
 import torch
@@ -41,6 +42,11 @@ class LevelStats:
     copied: int = 0          # tokens proposed to this level by context lookup (lookup.py), not counted in drafted
     copied_accepted: int = 0 # of those, accepted
     copy_rejections: int = 0 # copy rounds that ended at a rejected copied token
+    extended: int = 0        # of drafted, tokens proposed beyond the round's γ because the proposer was sure of them
+    extended_accepted: int = 0   # of those, accepted (counted in accepted too)
+    extended_rejections: int = 0 # rounds that ended at a rejected extension token (counted in rejections too)
+    sure: int = 0            # drafted tokens tested (accepted, or the rejected one) whose proposer was sure of them
+    sure_accepted: int = 0   # of those, accepted (Extension's rounds only: the confidences are read there)
     rebuilds: int = 0        # retrieval cache rebuilds (middle level only)
     moved_bytes: int = 0     # bytes copied between the host tier and the device during its passes
 
@@ -75,6 +81,8 @@ class Level:
         self.counts_rows = getattr(model, "counts_rows", False)  # last_only=n gives n rows (Transformer)
         self.weights = getattr(model, "weights", "same")   # same | int8 | int4 (+vocabN): runtime/quant.py
         self.weight_bytes = weight_bytes(model)             # bytes of weights one pass reads
+        self.last = None             # (logits [k, V], probs [k, V]) of the last probs() call (confidence)
+        self.emitted_row = 0         # which of those rows the last token this level emitted was sampled at
 
     def feed(self, seq: list[int], keep_last: int = 0) -> torch.Tensor | None:
         """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
@@ -110,7 +118,20 @@ class Level:
 
     def probs(self, seq: list[int], k: int) -> torch.Tensor:
         """Distributions of the next token after each of the last k positions of seq: [k, V]."""
-        return probs_from_logits(self.feed(seq, keep_last=k), self.params)
+        logits = self.feed(seq, keep_last=k)
+        probs = probs_from_logits(logits, self.params)
+        self.last = (logits, probs)
+        return probs
+
+    def confidences(self, n: int) -> list[float]:
+        """How sure this level was of the first n tokens its last round emitted: the largest
+        probability of the distribution each was drawn from (greedy: of the softmax of the logits
+        at temperature 1, as a one-hot row says nothing). Extension (below) reads them."""
+        logits, probs = self.last
+        if not self.params.greedy:
+            return probs[:n].amax(-1).tolist()
+        rows = logits[:n].float()                                            # [n, V]
+        return torch.exp(rows.amax(-1) - torch.logsumexp(rows, -1)).tolist()
 
     def commit(self, committed: list[int]) -> None:
         """Records how much of the cache the committed sequence confirms (keeps lookups short and
@@ -133,18 +154,21 @@ def shared_prefix(a, b, start: int = 0) -> int:
 
 def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
                  generator: torch.Generator, lookup: ContextLookup | None = None,
-                 room: int = 0) -> tuple[list[int], torch.Tensor]:
+                 room: int = 0, extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
     """One round of stack[-1]: the levels below propose k tokens, stack[-1] verifies them; or,
     where `lookup` finds seq's end earlier in seq, the tokens that followed there (at most `room`,
-    q one-hot: lookup.py). Returns the emitted tokens (accepted + recovered/bonus, 1..k+1 of
-    them) and stack[-1]'s distributions at each [n, V]."""
+    q one-hot: lookup.py). `extend`: the proposals may go on past k while the level below is sure
+    of them (Extension). Returns the emitted tokens (accepted + recovered/bonus, 1..k+1 of them,
+    k as proposed) and stack[-1]'s distributions at each [n, V]."""
     top = stack[-1]
     copied = lookup.copy(seq, room, TARGET_MATCH if top.name == "target" else NGRAM) \
         if lookup is not None and len(stack) > 1 else []
+    base = k
     if copied:
         drafted, k = copied, len(copied)
     else:
-        drafted, q = draft(stack[:-1], gammas, seq, k, generator, lookup) if k else ([], None)
+        drafted, q = draft(stack[:-1], gammas, seq, k, generator, lookup, extend) if k else ([], None)
+        k = len(drafted)                                                    # k, or more where extended
     p = top.probs(seq + drafted, k + 1)                                     # [k+1, V]
     if copied:   # q one-hot at each copied token
         q = torch.zeros_like(p[:k]).scatter_(1, torch.tensor(copied, device=p.device)[:, None], 1.0)
@@ -161,21 +185,56 @@ def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
         top.stats.drafted += k
         top.stats.accepted += num
         top.stats.rejections += num < k
+        if k > base:   # extension tokens: the tuner prices them apart (GammaTuner.alphas)
+            top.stats.extended += k - base
+            top.stats.extended_accepted += max(0, num - base)
+            top.stats.extended_rejections += base <= num < k
+        if extend is not None and extend.seen:   # per tested token: was its proposer sure of it?
+            tested = [c >= extend.confidence for c in extend.seen[:min(num + 1, k)]]
+            top.stats.sure += sum(tested)
+            top.stats.sure_accepted += sum(tested[:num])
     return drafted[:num] + [int(nxt[0])], p[:num + 1]
 
 
 def draft(stack: list[Level], gammas: list[int], seq: list[int], n: int,
-          generator: torch.Generator, lookup: ContextLookup | None = None) -> tuple[list[int], torch.Tensor]:
-    """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V].
+          generator: torch.Generator, lookup: ContextLookup | None = None,
+          extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
+    """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V];
+    more (up to extend.cap) while extend says stack[-1] is sure enough of the last one.
     gammas[i] is how many tokens stack[i] proposes per round to stack[i + 1]."""
     tokens, rows = [], []
-    while len(tokens) < n:
-        room = n - len(tokens) - 1
+    while len(tokens) < n or (extend is not None and extend.more(n, len(tokens))):
+        room = (n if len(tokens) < n else extend.cap) - len(tokens) - 1
         k = 0 if len(stack) == 1 else min(gammas[len(stack) - 2], room)
         new, p = verify_round(stack, gammas, seq + tokens, k, generator, lookup, room)
         tokens += new
         rows.append(p)
+        if extend is not None:
+            extend.seen += stack[-1].confidences(len(new))
     return tokens, torch.cat(rows)
+
+
+@dataclass
+class Extension:
+    """One round's drafts to the top level going on past its γ while the proposer is sure: after
+    the γ tokens, one more round of the levels below whenever the last token drafted was drawn
+    from a distribution whose top probability is at least `confidence` (Level.confidences) and
+    `pays` (GammaTuner.extension_pays: its expected tokens are worth its cost, given how sure the
+    proposer was of each token so far) says so, up to `cap` tokens. Lossless: when to stop
+    depends only on what the proposers drew and their own distributions, never on the
+    verifier's, so the acceptance rule keeps the output exact. A draft the proposer is sure of is
+    nearly always accepted (teacher-forced on the essays, a middle-level top probability of 0.9
+    or more: 0.97-1.0 at 7K and 32K; below 0.5: 0.6-0.8; docs/BENCHMARKS.md, round 45), so a fixed
+    γ stops short of long sure runs."""
+    confidence: float
+    cap: int
+    pays: object = None          # pays(seen, base, drafted) -> bool; None: always
+    seen: list = dataclasses.field(default_factory=list)   # the proposer's confidence in each token drafted so far
+
+    def more(self, base: int, drafted: int) -> bool:
+        if drafted >= self.cap or drafted < base or not self.seen or self.seen[-1] < self.confidence:
+            return False
+        return self.pays is None or self.pays(self.seen, base, drafted)
 
 
 @dataclass
@@ -188,13 +247,17 @@ class SpecDecoder:
     on_round: object = None             # called after each step (e.g. the retrieval rebuild policy)
     lookup: ContextLookup | None = None # context lookup's index of seq (lookup.py); None: off
     copy_cap: int = MAX_TOKENS          # tokens the top level takes from one copy at most (--gamma auto sets it)
+    extend: Extension | None = None     # drafts past gammas[-1] while sure (--gamma auto sets it)
 
     def step(self, budget: int) -> list[int]:
         k = 0 if len(self.stack) == 1 else min(self.gammas[-1], budget - 1)
         if self.lookup is not None:
             self.lookup.extend(self.seq)
+        extend = self.extend
+        if extend is not None and k:   # this round's (never past the tokens left: the caches are sized for them)
+            extend = dataclasses.replace(extend, cap=min(extend.cap, budget - 1), seen=[])
         new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator, self.lookup,
-                              min(budget - 1, self.copy_cap))
+                              min(budget - 1, self.copy_cap), extend if k else None)
         self.seq += new
         for level in self.stack:
             level.commit(self.seq)

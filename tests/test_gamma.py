@@ -348,6 +348,26 @@ def test_verify_round_counts_rejections():
     assert tokens == [1] and (disagree[1].stats.accepted, disagree[1].stats.rejections) == (0, 1)
 
 
+def test_extension_pays_after_sure_drafts_and_not_after_doubtful_ones():
+    """GammaTuner.extension_pays: a 7K-like stack (target 10 ms a pass + 2 ms a row, middle 3 ms):
+    after drafts its proposer was sure of (and which passed), one more costs ~5 ms for ~0.99 of a
+    token against ~6.5 ms a token, so it pays; after doubtful ones that often failed it does not.
+    Extension tokens stay out of the acceptance the γs are chosen with."""
+    from triforce.runtime.gamma import EXTEND_CONFIDENCE, sure_acceptance, unsure_acceptance
+    stack = [SimpleNamespace(name=n, stats=LevelStats()) for n in ("drafter", "retrieval", "target")]
+    costs = [PassCost(((1, 0.0005),)), PassCost(((1, 0.003), (5, 0.005))), PassCost(((1, 0.010), (13, 0.034)))]
+    tuner = GammaTuner(stack, costs, caps=(4, 12))
+    top = stack[-1].stats
+    top.accepted, top.rejections, top.sure, top.sure_accepted = 90, 30, 60, 60   # sure: all passed; unsure: 30 of 60
+    tuner.pick()
+    assert sure_acceptance(top) > 0.98 and unsure_acceptance(top) < 0.6
+    sure, doubtful = EXTEND_CONFIDENCE + 0.05, EXTEND_CONFIDENCE - 0.3
+    assert tuner.extension_pays([sure, sure], 2, 2)
+    assert not tuner.extension_pays([doubtful, doubtful, sure], 2, 3)
+    top.extended, top.extended_accepted, top.extended_rejections = 10, 10, 0
+    assert per_token_acceptance(top) == smoothed_acceptance(80, 30)
+
+
 def test_auto_caps_never_exceed_the_tokens_left():
     assert auto_caps(3, 256) == (4, 12) and auto_caps(2, 256) == (12,) and auto_caps(3, 5) == (4, 4)
     assert auto_caps(2, 1) == (0,)
@@ -372,6 +392,9 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
         assert set(g["pass_ms"]) == set(result.stats["levels"]) and g["pass_ms"]["target"]["1"] > 0
         assert not g["probe_reused"] and g["probe_s"] > 0, mode               # each mode's first request probes
         assert 1 <= g["copy_cap"] <= 16 and result.stats["levels"]["target"]["copy_rejections"] >= 0, mode
+        target = result.stats["levels"]["target"]   # drafts past γ2 while sure (speculate.Extension): still `ar`'s tokens
+        assert g["extension"]["tokens"] == target["extended"] <= target["drafted"], mode
+        assert 0 <= target["sure_accepted"] <= target["sure"] and 0 < g["extension"]["sure_acceptance"] <= 1, mode
     assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", gamma="fixed", **base)).stats
     assert "gamma" not in engine.generate(ids, RunConfig(mode="triforce", temperature=0.6, **base)).stats  # sampled: fixed
     unset = engine.generate(ids, RunConfig(mode="triforce", **base))                # greedy, gamma unset: auto

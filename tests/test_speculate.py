@@ -6,7 +6,7 @@ import torch
 
 import triforce.runtime.speculate as speculate
 from triforce.runtime.sampling import residual, sample
-from triforce.runtime.speculate import LevelStats, SpecDecoder
+from triforce.runtime.speculate import Extension, LevelStats, SpecDecoder
 
 V = 4
 
@@ -18,7 +18,11 @@ class ForcedLevel:
         self.name, self.table, self.stats = name, table, LevelStats()
 
     def probs(self, seq: list[int], k: int) -> torch.Tensor:
-        return self.table[torch.tensor(seq[-k:])]                 # [k, V]
+        self.last = self.table[torch.tensor(seq[-k:])]            # [k, V]
+        return self.last
+
+    def confidences(self, n: int) -> list[float]:                 # as Level.confidences (sampled rows)
+        return self.last[:n].amax(-1).tolist()
 
     def commit(self, committed):
         pass
@@ -34,11 +38,11 @@ Q2 = markov([[3, 3, 3, 1], [2, 3, 3, 2], [1, 1, 3, 5], [5, 3, 1, 1]])     # midd
 Q1 = markov([[17, 1, 1, 1], [1, 17, 1, 1], [1, 1, 17, 1], [1, 1, 1, 17]])  # a sticky drafter
 
 
-def first_two_tokens(stack, gammas, samples, seed):
+def first_two_tokens(stack, gammas, samples, seed, extend=None):
     gen = torch.Generator().manual_seed(seed)
     counts = torch.zeros(V, V)
     for _ in range(samples):
-        decoder = SpecDecoder(stack, gammas, [0], gen)
+        decoder = SpecDecoder(stack, gammas, [0], gen, extend=extend)
         out = []
         while len(out) < 2:   # a whole round (up to gamma + 1 tokens); only the first two are looked at
             out += decoder.step(8)
@@ -77,6 +81,53 @@ def test_two_level_stack_emits_the_target_distribution():
     stack = [ForcedLevel("drafter", Q2), ForcedLevel("target", P)]
     freqs = first_two_tokens(stack, [3], SAMPLES, seed=2)
     assert chi_square_p_value(freqs, expected_pairs(P), SAMPLES) > 1e-4, total_variation(freqs, expected_pairs(P))
+
+
+# A middle level sure (top probability >= SURE) after tokens 0, 2 and 3 and not after 1: past γ,
+# its drafts go on unless the last one drew a 1, so when a draft stops depends on what it drew,
+# the case a stopping rule could bias
+Q2_SURE = markov([[4, 3, 2, 1], [2, 3, 3, 2], [1, 1, 3, 5], [5, 3, 1, 1]])
+SURE = 0.35
+
+
+@pytest.mark.parametrize("stack_of", ["three", "two"])
+def test_drafts_extended_while_sure_still_emit_the_target_distribution(stack_of):
+    middle = ForcedLevel("retrieval", Q2_SURE)
+    stack = ([ForcedLevel("drafter", Q1), middle] if stack_of == "three" else [middle]) + [ForcedLevel("target", P)]
+    gammas = [1, 1] if stack_of == "three" else [1]
+    freqs = first_two_tokens(stack, gammas, SAMPLES, seed=3, extend=Extension(SURE, cap=5))
+    assert chi_square_p_value(freqs, expected_pairs(P), SAMPLES) > 1e-4, total_variation(freqs, expected_pairs(P))
+    top = stack[-1].stats
+    assert 0 < top.extended_accepted < top.extended          # drafts really went past γ, and some failed
+    assert 0 < top.sure_accepted < top.sure <= top.accepted + top.rejections
+
+
+def test_extension_stops_at_the_cap_and_only_after_the_rounds_gamma():
+    asked = []
+    ext = Extension(0.5, cap=4, pays=lambda seen, base, drafted: asked.append((list(seen), base, drafted)) or True)
+    assert not ext.more(2, 1)                    # γ not reached yet: no question of extending
+    ext.seen = [0.9, 0.4]
+    assert not ext.more(2, 2) and asked == []    # the last token was not sure: no pays() asked
+    ext.seen = [0.4, 0.9]
+    assert ext.more(2, 2) and asked == [([0.4, 0.9], 2, 2)]
+    ext.seen = [0.4, 0.9, 0.9, 0.9]
+    assert not ext.more(2, 4)                    # at the cap
+
+
+def test_greedy_stack_with_extension_is_the_target_argmax():
+    one_hot = lambda t: torch.nn.functional.one_hot(t.argmax(-1), V).float()
+    stack = [ForcedLevel("drafter", one_hot(Q1)), ForcedLevel("retrieval", one_hot(Q2)),
+             ForcedLevel("target", one_hot(P))]
+    decoder = SpecDecoder(stack, [1, 2], [0], torch.Generator().manual_seed(0), extend=Extension(0.9, cap=6))
+    out = []
+    while len(out) < 20:
+        out += decoder.step(20 - len(out))
+    expected, prev = [], 0
+    for _ in range(20):
+        prev = int(P[prev].argmax())
+        expected.append(prev)
+    assert out == expected
+    assert stack[-1].stats.extended > 0       # one-hot rows are sure: drafts went on to the cap
 
 
 def reference_middle_level_accept(draft_tokens, draft_probs, target_probs, generator):
