@@ -353,7 +353,7 @@ def test_extension_pays_after_sure_drafts_and_not_after_doubtful_ones():
     after drafts its proposer was sure of (and which passed), one more costs ~5 ms for ~0.99 of a
     token against ~6.5 ms a token, so it pays; after doubtful ones that often failed it does not.
     Extension tokens stay out of the acceptance the γs are chosen with."""
-    from triforce.runtime.gamma import EXTEND_CONFIDENCE, sure_acceptance, unsure_acceptance
+    from triforce.runtime.gamma import sure_acceptance, unsure_acceptance
     stack = [SimpleNamespace(name=n, stats=LevelStats()) for n in ("drafter", "retrieval", "target")]
     costs = [PassCost(((1, 0.0005),)), PassCost(((1, 0.003), (5, 0.005))), PassCost(((1, 0.010), (13, 0.034)))]
     tuner = GammaTuner(stack, costs, caps=(4, 12))
@@ -361,7 +361,7 @@ def test_extension_pays_after_sure_drafts_and_not_after_doubtful_ones():
     top.accepted, top.rejections, top.sure, top.sure_accepted = 90, 30, 60, 60   # sure: all passed; unsure: 30 of 60
     tuner.pick()
     assert sure_acceptance(top) > 0.98 and unsure_acceptance(top) < 0.6
-    sure, doubtful = EXTEND_CONFIDENCE + 0.05, EXTEND_CONFIDENCE - 0.3
+    sure, doubtful = 0.999, 0.5   # above and below the bar of greedy and of sampled proposers
     assert tuner.extension_pays([sure, sure], 2, 2)
     assert not tuner.extension_pays([doubtful, doubtful, sure], 2, 3)
     top.extended, top.extended_accepted, top.extended_rejections = 10, 10, 0
