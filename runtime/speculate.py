@@ -81,8 +81,7 @@ class Level:
         self.counts_rows = getattr(model, "counts_rows", False)  # last_only=n gives n rows (Transformer)
         self.weights = getattr(model, "weights", "same")   # same | int8 | int4 (+vocabN): runtime/quant.py
         self.weight_bytes = weight_bytes(model)             # bytes of weights one pass reads
-        self.last = None             # (logits [k, V], probs [k, V]) of the last probs() call (confidence)
-        self.emitted_row = 0         # which of those rows the last token this level emitted was sampled at
+        self.last = None             # (logits [k, V], probs [k, V]) of the last probs() call (confidences)
 
     def feed(self, seq: list[int], keep_last: int = 0) -> torch.Tensor | None:
         """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
@@ -223,9 +222,10 @@ class Extension:
     proposer was of each token so far) says so, up to `cap` tokens. Lossless: when to stop
     depends only on what the proposers drew and their own distributions, never on the
     verifier's, so the acceptance rule keeps the output exact. A draft the proposer is sure of is
-    nearly always accepted (teacher-forced on the essays, a middle-level top probability of 0.9
-    or more: 0.97-1.0 at 7K and 32K; below 0.5: 0.6-0.8; docs/BENCHMARKS.md, round 45), so a fixed
-    γ stops short of long sure runs."""
+    nearly always accepted (teacher-forced on the essays at 7K and 32K: greedy, a middle-level top
+    probability of 0.8 or more agreed every time, below 0.5 0.7-0.8; at T = 0.6, 0.99 or more
+    passed 0.97-1.0; gamma.EXTEND_CONFIDENCE, docs/BENCHMARKS.md, round 45), so a fixed γ stops
+    short of long sure runs."""
     confidence: float
     cap: int
     pays: object = None          # pays(seen, base, drafted) -> bool; None: always

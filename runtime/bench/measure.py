@@ -103,7 +103,11 @@ def summarize(run: RunConfig, ids: list[int], stats: list[dict], warmup_prefill_
                             seconds=round(statistics.median(s["levels"][name]["seconds"] for s in stats), 4),
                             rebuilds=sum(s["levels"][name]["rebuilds"] for s in stats),
                             copied=sum(s["levels"][name].get("copied", 0) for s in stats),
-                            copied_accepted=sum(s["levels"][name].get("copied_accepted", 0) for s in stats))
+                            copied_accepted=sum(s["levels"][name].get("copied_accepted", 0) for s in stats),
+                            # drafts past γ while the proposer was sure (speculate.Extension), and the tested
+                            # drafts it was sure of
+                            **{k: sum(s["levels"][name].get(k, 0) for s in stats)
+                               for k in ("extended", "extended_accepted", "sure", "sure_accepted")})
     tokens = sum(s["new_tokens"] for s in stats)
     passes = sum(s["target_passes"] for s in stats)
     row = dict(mode=run.mode, temperature=run.temperature, context=len(ids), new_tokens=stats[0]["new_tokens"],
