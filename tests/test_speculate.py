@@ -114,22 +114,6 @@ def test_extension_stops_at_the_cap_and_only_after_the_rounds_gamma():
     assert not ext.more(2, 4)                    # at the cap
 
 
-def test_greedy_stack_with_extension_is_the_target_argmax():
-    one_hot = lambda t: torch.nn.functional.one_hot(t.argmax(-1), V).float()
-    stack = [ForcedLevel("drafter", one_hot(Q1)), ForcedLevel("retrieval", one_hot(Q2)),
-             ForcedLevel("target", one_hot(P))]
-    decoder = SpecDecoder(stack, [1, 2], [0], torch.Generator().manual_seed(0), extend=Extension(0.9, cap=6))
-    out = []
-    while len(out) < 20:
-        out += decoder.step(20 - len(out))
-    expected, prev = [], 0
-    for _ in range(20):
-        prev = int(P[prev].argmax())
-        expected.append(prev)
-    assert out == expected
-    assert stack[-1].stats.extended > 0       # one-hot rows are sure: drafts went on to the cap
-
-
 def reference_middle_level_accept(draft_tokens, draft_probs, target_probs, generator):
     """The reference's defect: on rejection the middle level samples from its own distribution
     (p_retrieval) instead of the residual norm(max(0, p - q))."""
@@ -158,11 +142,12 @@ def test_the_reference_middle_level_rule_fails_this_test(monkeypatch):
     assert chi_square_p_value(freqs, expected_pairs(P), SAMPLES) < 1e-12, total_variation(freqs, expected_pairs(P))
 
 
-def test_greedy_stack_is_the_target_argmax():
+@pytest.mark.parametrize("gammas, extend", [([2, 4], None), ([1, 2], Extension(0.9, cap=6))])
+def test_greedy_stack_is_the_target_argmax(gammas, extend):
     one_hot = lambda t: torch.nn.functional.one_hot(t.argmax(-1), V).float()
     stack = [ForcedLevel("drafter", one_hot(Q1)), ForcedLevel("retrieval", one_hot(Q2)),
              ForcedLevel("target", one_hot(P))]
-    decoder = SpecDecoder(stack, [2, 4], [0], torch.Generator().manual_seed(0))
+    decoder = SpecDecoder(stack, gammas, [0], torch.Generator().manual_seed(0), extend=extend)
     out = []
     while len(out) < 20:
         out += decoder.step(20 - len(out))
@@ -171,6 +156,7 @@ def test_greedy_stack_is_the_target_argmax():
         prev = int(P[prev].argmax())
         expected.append(prev)
     assert out == expected
+    assert (stack[-1].stats.extended > 0) == (extend is not None)   # one-hot rows are sure: drafts went on to the cap
 
 
 def test_residual_sanity_for_the_tables():
