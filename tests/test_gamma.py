@@ -414,6 +414,27 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
     assert stored.token_ids == expected and stored.stats["gamma"]["probe_reused"] and stored.stats["gamma"]["probe_s"] == 0
 
 
+@pytest.mark.slow
+def test_drafts_extended_to_the_cap_keep_ars_tokens(default_model_dir, cut_drafter, monkeypatch):
+    """Every round's draft taken on to γ2's cap whatever the proposer's confidence (the longest
+    verify passes extension can make, on the real caches): greedy `triforce` still gives `ar`'s
+    tokens, and the extension tokens are counted."""
+    from triforce.runtime.assets import kjv_books
+    from triforce.runtime.config import RunConfig
+    from triforce.runtime.engine import Engine
+    from triforce.runtime.speculate import Extension
+    monkeypatch.setattr(GammaTuner, "extension", lambda self: Extension(0.0, self.caps[-1]))
+    engine = Engine(RunConfig(model=str(default_model_dir), mode="triforce", draft_model=str(cut_drafter)))
+    ids = engine.tokenizer.encode(kjv_books(["Ruth"]))[:301]
+    base = dict(model=str(default_model_dir), draft_model=str(cut_drafter), max_new_tokens=40, retrieval_budget=96,
+                draft_sinks=4, draft_window=60)
+    expected = engine.generate(ids, RunConfig(mode="ar", **base)).token_ids
+    result = engine.generate(ids, RunConfig(mode="triforce", gamma="auto", lookup=False, **base))
+    assert result.token_ids == expected
+    target = result.stats["levels"]["target"]
+    assert target["extended"] > 0 and target["extended_accepted"] <= target["extended"] <= target["drafted"]
+
+
 def test_pass_cost_key_follows_what_a_pass_costs():
     from triforce.runtime.config import RunConfig
     from triforce.runtime.engine import pass_cost_key
