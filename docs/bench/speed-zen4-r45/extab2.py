@@ -1,4 +1,5 @@
-"""A/B/C of draft extension at T > 0 in one process: off, on (0.9), on at 0.99. python extab2.py S T NEW ROUNDS"""
+"""Draft extension at T > 0 in one process: off, on at a bar of 0.9, and at 0.99.
+python extab2.py S T NEW ROUNDS [variants,comma,separated]"""
 import sys, argparse, dataclasses, statistics, torch
 import triforce.runtime
 from triforce.runtime.bench import add_bench_parser
@@ -12,8 +13,9 @@ torch.set_num_threads(2)
 run=dataclasses.replace(base_run(args, mode="triforce", temperature=T), max_new_tokens=NEW)
 eng=Engine(run, keep_prefill=True); ids=prompt_ids(eng,args,S)
 orig=G.GammaTuner.extension
-variants={"off": lambda self: None, "on90": orig,
-          "on99": lambda self: dataclasses.replace(orig(self), confidence=0.99)}
+variants={"off": lambda self: None, "on90": lambda self: dataclasses.replace(orig(self), confidence=0.9),
+          "on99": orig}   # (the early stop measured in round 45 was a patch: stop_early.patch)
+if len(sys.argv) > 5: variants = {k: variants[k] for k in sys.argv[5].split(",")}
 res={k:[] for k in variants}; passes={k:[] for k in variants}
 eng.generate(ids, run)
 for r in range(R):
