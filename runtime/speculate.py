@@ -123,14 +123,10 @@ class Level:
         return probs
 
     def confidences(self, n: int) -> list[float]:
-        """How sure this level was of the first n tokens its last round emitted: the largest
-        probability of the distribution each was drawn from (greedy: of the softmax of the logits
-        at temperature 1, as a one-hot row says nothing). Extension (below) reads them."""
+        """How sure this level was of the first n tokens its last round emitted (top_probabilities
+        of their rows). Extension (below) reads them."""
         logits, probs = self.last
-        if not self.params.greedy:
-            return probs[:n].amax(-1).tolist()
-        rows = logits[:n].float()                                            # [n, V]
-        return torch.exp(rows.amax(-1) - torch.logsumexp(rows, -1)).tolist()
+        return top_probabilities(logits[:n], probs[:n], self.params.greedy).tolist()
 
     def commit(self, committed: list[int]) -> None:
         """Records how much of the cache the committed sequence confirms (keeps lookups short and
@@ -140,6 +136,16 @@ class Level:
 
     def _shared_prefix(self, seq: list[int]) -> int:
         return shared_prefix(self.cached, seq, self.safe)
+
+
+def top_probabilities(logits: torch.Tensor, probs: torch.Tensor, greedy: bool) -> torch.Tensor:
+    """How sure a level is of the token it draws at each row: the largest probability of the
+    distribution it draws from (greedy: of the softmax of the logits at temperature 1, as a
+    one-hot row says nothing). logits, probs [n, V] -> [n]."""
+    if not greedy:
+        return probs.amax(-1)
+    rows = logits.float()
+    return torch.exp(rows.amax(-1) - torch.logsumexp(rows, -1))
 
 
 def shared_prefix(a, b, start: int = 0) -> int:

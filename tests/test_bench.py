@@ -191,8 +191,11 @@ def test_lower_suite_measures_a_middle_level_against_the_target(tiny_pair, tmp_p
                                                                  (0.6, "same"), (0.6, "int8:int4")]
     for r in rows:
         assert 0 <= r["greedy_agreement"] <= 1 and 0 <= r["expected_acceptance"] <= 1 + 1e-6
+        assert 0 <= r["sure_share"] <= 1 and (r["sure_acceptance"] is None) == (r["sure_share"] == 0)
+        assert (r["unsure_acceptance"] is None) == (r["sure_share"] == 1)
         if r["weights"] == "same":
             assert r["greedy_agreement"] == 1 and r["expected_acceptance"] == pytest.approx(1, abs=1e-4)
+            assert all(a is None or a == pytest.approx(1, abs=1e-4) for a in (r["sure_acceptance"], r["unsure_acceptance"]))
     assert rows[1]["weight_bytes"] < rows[0]["weight_bytes"]
     assert "| 64 | 0.6 | int8:int4 |" in capsys.readouterr().out
     assert main(args + ["--lower-weights", "int3"]) == 2

@@ -9,6 +9,9 @@ each read prompt + continuation in one pass. At every continuation position:
     expected acceptance  sum over the vocabulary of min(p, q) with p, q the two levels' sampling
                          distributions at T (top-p included): exactly the probability that the
                          acceptance rule keeps a token the middle level proposed at that position
+    sure                 the share of positions where the middle level's top probability reaches the
+                         bar from which `--gamma auto` drafts past γ2 (speculate.Extension), and the
+                         expected acceptance there and elsewhere
 Rows are (context, T, weights); `--lower-weights` takes LAYERS or LAYERS:HEAD (e.g. int4:int4, an
 int4 head; plain int4 keeps the head int8, runtime/quant.py HEAD_KIND).
 """
@@ -27,7 +30,8 @@ from triforce.runtime.errors import UserError
 from triforce.runtime.modes import make_cache, mode_levels
 from triforce.runtime.quant import lower_level_copy, weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
-from triforce.runtime.speculate import Level
+from triforce.runtime.gamma import EXTEND_CONFIDENCE
+from triforce.runtime.speculate import Level, top_probabilities
 
 
 def weights_spec(spec: str) -> tuple[str, str | None]:
@@ -94,21 +98,28 @@ def suite_lower(args: argparse.Namespace) -> dict:
             for spec in args.lower_weights:
                 logits, budget = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
                 q = probs_from_logits(logits, params)
-                agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
+                agrees = (logits.argmax(-1) == target_logits.argmax(-1)).float()
+                accept = agrees if params.greedy else torch.minimum(p, q).sum(-1)     # [n]: each position's chance
+                bar = EXTEND_CONFIDENCE["greedy" if params.greedy else "sampled"]
+                sure = top_probabilities(logits, q, params.greedy) >= bar
                 rows.append(dict(context=context, temperature=temperature, weights=spec,
                                  budget=budget, tokens=n, weight_bytes=weight_bytes(models[spec]),
-                                 greedy_agreement=round(agree, 4),
-                                 expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4)))
+                                 greedy_agreement=round(agrees.mean().item(), 4),
+                                 expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4),
+                                 sure_share=round(sure.float().mean().item(), 4),
+                                 sure_acceptance=round(accept[sure].mean().item(), 4) if sure.any() else None,
+                                 unsure_acceptance=round(accept[~sure].mean().item(), 4) if (~sure).any() else None))
                 print(table_lower(dict(rows=[rows[-1]])).splitlines()[-1], flush=True)
     return dict(suite="lower", budget=run.retrieval_budget, top_p=args.top_p, rows=rows)
 
 
 def table_lower(report: dict) -> str:
     body = [[str(r["context"]), str(r["temperature"]), r["weights"], str(r["budget"]), str(r["tokens"]),
-             fmt(r["weight_bytes"] / 1e6, ".0f"), fmt(r["greedy_agreement"], ".3f"), fmt(r["expected_acceptance"], ".3f")]
+             fmt(r["weight_bytes"] / 1e6, ".0f"), fmt(r["greedy_agreement"], ".3f"), fmt(r["expected_acceptance"], ".3f"),
+             fmt(r.get("sure_share"), ".2f"), fmt(r.get("sure_acceptance"), ".3f"), fmt(r.get("unsure_acceptance"), ".3f")]
             for r in report["rows"]]
     return markdown_table(["context", "T", "middle weights", "budget", "tokens", "weight MB", "greedy agreement",
-                           "expected acceptance"], body)
+                           "expected acceptance", "sure share", "acceptance where sure", "where not"], body)
 
 
 register("lower", table=table_lower,
