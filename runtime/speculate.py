@@ -12,11 +12,13 @@ samples autoregressively; a taller stack lets the levels below propose and the t
 with the acceptance rule (accept.py), which emits tokens of exactly the top level's distribution.
 Because each emitted token comes with the verifier's own distribution, the middle level's output
 is a valid draft for the target: stacking the rule twice is TriForce, lossless at every level.
+Under `--gamma auto` a round's draft may go on past γ while its proposer is sure of it (Extension):
+when a draft stops depends only on the drafts, so that too is lossless.
 """
 from __future__ import annotations
 
-from collections import deque
 import dataclasses
+from collections import deque
 from dataclasses import asdict, dataclass
 
 import torch
