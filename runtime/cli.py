@@ -61,6 +61,8 @@ def summary_line(result) -> str:
                  for name, lv in levels.items() if lv["drafted"]]
         parts += [f"{name} took copies {lv['copied_accepted']}/{lv['copied']}"   # context lookup (lookup.py)
                   for name, lv in levels.items() if lv.get("copied")]
+        parts += [f"{name} took {lv['extended_accepted']}/{lv['extended']} drafts past gamma while sure"   # speculate.Extension
+                  for name, lv in levels.items() if lv.get("extended")]
         times = ", ".join(f"{name} {lv['seconds']:.2f} s" + (f" ({lv['weights']})" if lv.get("weights", "same") != "same"
                                                             else "") for name, lv in levels.items())
         line += (f"\n[triforce] {'; '.join(parts)} | {s['tokens_per_target_pass']} tokens per target pass"

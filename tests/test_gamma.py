@@ -418,7 +418,7 @@ def test_auto_gamma_is_lossless_and_reported(default_model_dir, cut_drafter):
 def test_drafts_extended_to_the_cap_keep_ars_tokens(default_model_dir, cut_drafter, monkeypatch):
     """Every round's draft taken on to γ2's cap whatever the proposer's confidence (the longest
     verify passes extension can make, on the real caches): greedy `triforce` still gives `ar`'s
-    tokens, and the extension tokens are counted."""
+    tokens, and the extension tokens are counted (and shown on the summary line)."""
     from triforce.runtime.assets import kjv_books
     from triforce.runtime.config import RunConfig
     from triforce.runtime.engine import Engine
@@ -433,6 +433,8 @@ def test_drafts_extended_to_the_cap_keep_ars_tokens(default_model_dir, cut_draft
     assert result.token_ids == expected
     target = result.stats["levels"]["target"]
     assert target["extended"] > 0 and target["extended_accepted"] <= target["extended"] <= target["drafted"]
+    from triforce.runtime.cli import summary_line
+    assert f"target took {target['extended_accepted']}/{target['extended']} drafts past gamma while sure" in summary_line(result)
 
 
 def test_pass_cost_key_follows_what_a_pass_costs():
