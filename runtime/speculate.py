@@ -232,7 +232,7 @@ class Extension:
     verifier's, so the acceptance rule keeps the output exact. A draft the proposer is sure of is
     nearly always accepted (teacher-forced on the essays at 7K and 32K: greedy, a middle-level top
     probability of 0.8 or more agreed every time, below 0.5 0.7-0.8; at T = 0.6, 0.99 or more
-    passed 0.97-1.0; gamma.EXTEND_CONFIDENCE, docs/BENCHMARKS.md, round 45), so a fixed γ stops
+    passed 0.97-1.0; gamma.sure_bar, docs/BENCHMARKS.md, round 45), so a fixed γ stops
     short of long sure runs."""
     confidence: float
     cap: int
@@ -261,11 +261,11 @@ class SpecDecoder:
         k = 0 if len(self.stack) == 1 else min(self.gammas[-1], budget - 1)
         if self.lookup is not None:
             self.lookup.extend(self.seq)
-        extend = self.extend
-        if extend is not None and k:   # this round's (never past the tokens left: the caches are sized for them)
-            extend = dataclasses.replace(extend, cap=min(extend.cap, budget - 1), seen=[])
+        # this round's extension, if any (never past the tokens left: the caches are sized for them)
+        extend = dataclasses.replace(self.extend, cap=min(self.extend.cap, budget - 1), seen=[]) \
+            if self.extend is not None and k else None
         new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator, self.lookup,
-                              min(budget - 1, self.copy_cap), extend if k else None)
+                              min(budget - 1, self.copy_cap), extend)
         self.seq += new
         for level in self.stack:
             level.commit(self.seq)

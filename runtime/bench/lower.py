@@ -27,10 +27,10 @@ from triforce.runtime.bench.report import fmt, markdown_table
 from triforce.runtime.bench.suites import base_run, prompt_ids
 from triforce.runtime.engine import Engine
 from triforce.runtime.errors import UserError
+from triforce.runtime.gamma import sure_bar
 from triforce.runtime.modes import make_cache, mode_levels
 from triforce.runtime.quant import lower_level_copy, weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
-from triforce.runtime.gamma import EXTEND_CONFIDENCE
 from triforce.runtime.speculate import Level, top_probabilities
 
 
@@ -98,14 +98,14 @@ def suite_lower(args: argparse.Namespace) -> dict:
             for spec in args.lower_weights:
                 logits, budget = middle_logits(engine, request, models[spec], target, ids, seq)   # [n, V]
                 q = probs_from_logits(logits, params)
-                agrees = (logits.argmax(-1) == target_logits.argmax(-1)).float()
-                accept = agrees if params.greedy else torch.minimum(p, q).sum(-1)     # [n]: each position's chance
-                bar = EXTEND_CONFIDENCE["greedy" if params.greedy else "sampled"]
-                sure = top_probabilities(logits, q, params.greedy) >= bar
+                agrees = (logits.argmax(-1) == target_logits.argmax(-1)).float()       # [n]
+                overlap = torch.minimum(p, q).sum(-1)                                    # [n]
+                accept = agrees if params.greedy else overlap     # each position's chance to keep the draft
+                sure = top_probabilities(logits, q, params.greedy) >= sure_bar(params.greedy)
                 rows.append(dict(context=context, temperature=temperature, weights=spec,
                                  budget=budget, tokens=n, weight_bytes=weight_bytes(models[spec]),
                                  greedy_agreement=round(agrees.mean().item(), 4),
-                                 expected_acceptance=round(torch.minimum(p, q).sum(-1).mean().item(), 4),
+                                 expected_acceptance=round(overlap.mean().item(), 4),
                                  sure_share=round(sure.float().mean().item(), 4),
                                  sure_acceptance=round(accept[sure].mean().item(), 4) if sure.any() else None,
                                  unsure_acceptance=round(accept[~sure].mean().item(), 4) if (~sure).any() else None))
