@@ -1,16 +1,9 @@
 """How sure the drafter was of each token it offered the middle level, against whether it passed."""
 import sys, argparse, dataclasses, torch, collections
-import triforce.runtime
-from triforce.runtime.bench import add_bench_parser
-from triforce.runtime.bench.suites import base_run, prompt_ids
-from triforce.runtime.engine import Engine
+from common import triforce_request
 from triforce.runtime import speculate as SP
 S=int(sys.argv[1]); T=float(sys.argv[2]); NEW=int(sys.argv[3])
-p=argparse.ArgumentParser(); sub=p.add_subparsers(dest="command"); add_bench_parser(sub)
-args=p.parse_args(["bench","--suite","modes","--contexts",str(S),"--dtypes","bf16","--threads","2","--corpus","essays","--new-tokens",str(NEW),"--gamma","auto"]+(["--rope-scaling","yarn:4"] if S>8000 else []))
-torch.set_num_threads(2)
-run=dataclasses.replace(base_run(args, mode="triforce", temperature=T), max_new_tokens=NEW)
-eng=Engine(run, keep_prefill=True); ids=prompt_ids(eng,args,S)
+args, eng, run, ids = triforce_request(S, T, NEW)
 rec=[]
 orig=SP.verify_round
 def vr(stack, gammas, seq, k, generator, lookup=None, room=0, extend=None):

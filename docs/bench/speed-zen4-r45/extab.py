@@ -1,17 +1,11 @@
 """A/B of draft extension (speculate.Extension) in one process: python extab.py S T NEW ROUNDS"""
 import sys, argparse, dataclasses, statistics, torch
-import triforce.runtime
-from triforce.runtime.bench import add_bench_parser
-from triforce.runtime.bench.suites import base_run, prompt_ids
-from triforce.runtime.engine import Engine
+from common import triforce_request
+from triforce.runtime.bench.suites import base_run
 from triforce.runtime import gamma as G
 S=int(sys.argv[1]); T=float(sys.argv[2]); NEW=int(sys.argv[3]); R=int(sys.argv[4])
-p=argparse.ArgumentParser(); sub=p.add_subparsers(dest="command"); add_bench_parser(sub)
-args=p.parse_args(["bench","--suite","modes","--contexts",str(S),"--dtypes","bf16","--threads","2","--corpus","essays","--new-tokens",str(NEW),"--gamma","auto"]+(["--rope-scaling","yarn:4"] if S>8000 else []))
-torch.set_num_threads(2)
-run=base_run(args, mode="triforce", temperature=T); run=dataclasses.replace(run, max_new_tokens=NEW)
+args, eng, run, ids = triforce_request(S, T, NEW)
 arrun=base_run(args, mode="ar", temperature=T); arrun=dataclasses.replace(arrun, max_new_tokens=NEW)
-eng=Engine(run, keep_prefill=True); ids=prompt_ids(eng,args,S)
 orig=G.GammaTuner.extension
 res={"ar":[], "off":[], "on":[]}; info={"off":[], "on":[]}
 eng.generate(ids, run); eng.generate(ids, arrun)

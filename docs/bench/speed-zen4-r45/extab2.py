@@ -1,17 +1,10 @@
 """Draft extension at T > 0 in one process: off, on at a bar of 0.9, and at 0.99.
 python extab2.py S T NEW ROUNDS [variants,comma,separated]"""
 import sys, argparse, dataclasses, statistics, torch
-import triforce.runtime
-from triforce.runtime.bench import add_bench_parser
-from triforce.runtime.bench.suites import base_run, prompt_ids
-from triforce.runtime.engine import Engine
+from common import triforce_request
 from triforce.runtime import gamma as G
 S=int(sys.argv[1]); T=float(sys.argv[2]); NEW=int(sys.argv[3]); R=int(sys.argv[4])
-p=argparse.ArgumentParser(); sub=p.add_subparsers(dest="command"); add_bench_parser(sub)
-args=p.parse_args(["bench","--suite","modes","--contexts",str(S),"--dtypes","bf16","--threads","2","--corpus","essays","--new-tokens",str(NEW),"--gamma","auto"]+(["--rope-scaling","yarn:4"] if S>8000 else []))
-torch.set_num_threads(2)
-run=dataclasses.replace(base_run(args, mode="triforce", temperature=T), max_new_tokens=NEW)
-eng=Engine(run, keep_prefill=True); ids=prompt_ids(eng,args,S)
+args, eng, run, ids = triforce_request(S, T, NEW)
 orig=G.GammaTuner.extension
 variants={"off": lambda self: None, "on90": lambda self: dataclasses.replace(orig(self), confidence=0.9),
           "on99": orig}   # (the early stop measured in round 45 was a patch: stop_early.patch)
