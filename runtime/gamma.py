@@ -365,19 +365,20 @@ class GammaTuner:
         """The top probability from which the top level's proposer counts as sure of a draft."""
         return sure_bar(getattr(getattr(self.stack[-2], "params", None), "greedy", True))
 
-    def extension_pays(self, seen: list[float], base: int, drafted: int) -> bool:
-        """Whether one more draft token, after `drafted` (base of them the round's γ2; `seen`: the
-        proposer's confidence in each), is worth it: its cost (the levels below drafting it, priced
-        per token over EXTEND_UNIT, and one more row in the top level's verify pass) against the
-        tokens it adds in expectation (the chance that every draft so far passes, each at the
-        acceptance of its kind, sure or not, times the top level's per-token acceptance for it),
-        at the seconds per token of the current choice: extending lowers the round's cost per token
-        exactly when the extra token costs less per token it adds."""
+    def extension_pays(self, sure: list[bool], base: int, drafted: int) -> bool:
+        """Whether one more draft token, after `drafted` (base of them the round's γ2; `sure`:
+        whether the proposer was sure of each, as the Extension's bar classes them), is worth it:
+        its cost (the levels below drafting it, priced per token over EXTEND_UNIT, and one more row
+        in the top level's verify pass) against the tokens it adds in expectation (the chance that
+        every draft so far passes, each at the acceptance of its kind, sure or not, times the top
+        level's per-token acceptance for it), at the seconds per token of the current choice:
+        extending lowers the round's cost per token exactly when the extra token costs less per
+        token it adds."""
         top, alphas, stats = len(self.costs) - 1, self.alphas(), self.stack[-1].stats
-        sure, unsure = sure_acceptance(stats), unsure_acceptance(stats)
-        passed, bar = 1.0, self.sure_above()
-        for c in seen[:drafted]:
-            passed *= sure if c >= bar else unsure
+        rates = {True: sure_acceptance(stats), False: unsure_acceptance(stats)}
+        passed = 1.0
+        for kind in sure[:drafted]:
+            passed *= rates[kind]
         drafting = draft_seconds(self.costs, alphas, tuple(self.gammas), top - 1, EXTEND_UNIT) / EXTEND_UNIT
         row = self.costs[top](drafted + 2) - self.costs[top](drafted + 1)
         return drafting + row < self.predicted * passed * alphas[-1]

@@ -228,8 +228,8 @@ class Extension:
     """One round's drafts to the top level going on past its γ while the proposer is sure: after
     the γ tokens, one more round of the levels below whenever the last token drafted was drawn
     from a distribution whose top probability is at least `confidence` (Level.confidences) and
-    `pays` (GammaTuner.extension_pays: its expected tokens are worth its cost, given how sure the
-    proposer was of each token so far) says so, up to `cap` tokens. Lossless: when to stop
+    `pays` (GammaTuner.extension_pays: its expected tokens are worth its cost, given which tokens so
+    far the proposer was sure of, as this bar classes them) says so, up to `cap` tokens. Lossless: when to stop
     depends only on what the proposers drew and their own distributions, never on the
     verifier's, so the acceptance rule keeps the output exact. A draft the proposer is sure of is
     nearly always accepted (teacher-forced on the essays at 7K and 32K: greedy, a middle-level top
@@ -238,13 +238,13 @@ class Extension:
     short of long sure runs."""
     confidence: float
     cap: int
-    pays: object = None          # pays(seen, base, drafted) -> bool; None: always
+    pays: object = None          # pays(sure, base, drafted) -> bool, sure[i]: token i reached the bar; None: always
     seen: list = dataclasses.field(default_factory=list)   # the proposer's confidence in each token drafted so far
 
     def more(self, base: int, drafted: int) -> bool:
         if drafted >= self.cap or drafted < base or not self.seen or self.seen[-1] < self.confidence:
             return False
-        return self.pays is None or self.pays(self.seen, base, drafted)
+        return self.pays is None or self.pays([c >= self.confidence for c in self.seen[:drafted]], base, drafted)
 
 
 @dataclass

@@ -361,9 +361,8 @@ def test_extension_pays_after_sure_drafts_and_not_after_doubtful_ones():
     top.accepted, top.rejections, top.sure, top.sure_accepted = 90, 30, 60, 60   # sure: all passed; unsure: 30 of 60
     tuner.pick()
     assert sure_acceptance(top) > 0.98 and unsure_acceptance(top) < 0.6
-    sure, doubtful = 0.999, 0.5   # above and below the bar of greedy and of sampled proposers
-    assert tuner.extension_pays([sure, sure], 2, 2)
-    assert not tuner.extension_pays([doubtful, doubtful, sure], 2, 3)
+    assert tuner.extension_pays([True, True], 2, 2)                  # drafts the proposer was sure of
+    assert not tuner.extension_pays([False, False, True], 2, 3)      # two doubtful ones first
     top.extended, top.extended_accepted, top.extended_rejections = 10, 10, 0
     assert per_token_acceptance(top) == smoothed_acceptance(80, 30)
 

@@ -104,12 +104,12 @@ def test_drafts_extended_while_sure_still_emit_the_target_distribution(stack_of)
 
 def test_extension_stops_at_the_cap_and_only_after_the_rounds_gamma():
     asked = []
-    ext = Extension(0.5, cap=4, pays=lambda seen, base, drafted: asked.append((list(seen), base, drafted)) or True)
+    ext = Extension(0.5, cap=4, pays=lambda sure, base, drafted: asked.append((list(sure), base, drafted)) or True)
     assert not ext.more(2, 1)                    # γ not reached yet: no question of extending
     ext.seen = [0.9, 0.4]
     assert not ext.more(2, 2) and asked == []    # the last token was not sure: no pays() asked
     ext.seen = [0.4, 0.9]
-    assert ext.more(2, 2) and asked == [([0.4, 0.9], 2, 2)]
+    assert ext.more(2, 2) and asked == [([False, True], 2, 2)]   # each token classed by the Extension's bar
     ext.seen = [0.4, 0.9, 0.9, 0.9]
     assert not ext.more(2, 4)                    # at the cap
 
