@@ -2,7 +2,7 @@
 rope tables, embedding, the decoder plan's one native call, the head, the sampled distribution and the
 confidence (speculate.top_probabilities). python glue.py S T"""
 import sys, time, statistics, torch
-sys.path.insert(0, "/work/main/docs/bench/speed-zen4-r45")
+import os; sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "speed-zen4-r45"))
 from common import triforce_request
 from triforce.runtime.gamma import pass_seconds
 from triforce.runtime.model import decoder_plan
