@@ -370,10 +370,15 @@ class GammaTuner:
         whether the proposer was sure of each, as the Extension's bar classes them), is worth it:
         its cost (the levels below drafting it, priced per token over EXTEND_UNIT, and one more row
         in the top level's verify pass) against the tokens it adds in expectation (the chance that
-        every draft so far passes, each at the acceptance of its kind, sure or not, times the top
-        level's per-token acceptance for it), at the seconds per token of the current choice:
-        extending lowers the round's cost per token exactly when the extra token costs less per
-        token it adds."""
+        every draft so far passes, each at the acceptance of its kind, sure or not, times the
+        chance that it passes too), at the seconds per token of the current choice: extending
+        lowers the round's cost per token exactly when the extra token costs less per token it
+        adds. The new token is priced as a sure one: it is drafted only after a draft the proposer
+        was sure of, and such drafts come in runs. Priced at the target's mean per-token acceptance
+        instead (which the doubtful drafts pull down: 0.76-0.89 in a 7K greedy request whose sure
+        drafts all passed), extension stopped short: 7K T = 0.6 ran 8.59 / 8.17 ms/token against
+        7.91 / 7.66 (16 texts, twice), 7K greedy 7.30 / 7.14 against 7.10 / 7.03 (docs/BENCHMARKS.md,
+        round 46)."""
         top, alphas, stats = len(self.costs) - 1, self.alphas(), self.stack[-1].stats
         rates = {True: sure_acceptance(stats), False: unsure_acceptance(stats)}
         passed = 1.0
@@ -381,7 +386,7 @@ class GammaTuner:
             passed *= rates[kind]
         drafting = draft_seconds(self.costs, alphas, tuple(self.gammas), top - 1, EXTEND_UNIT) / EXTEND_UNIT
         row = self.costs[top](drafted + 2) - self.costs[top](drafted + 1)
-        return drafting + row < self.predicted * passed * alphas[-1]
+        return drafting + row < self.predicted * passed * rates[True]
 
     def copy_acceptance(self) -> float:
         """The chance that one copied token passes the top level, from its copies so far (smoothed)."""

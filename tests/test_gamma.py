@@ -351,7 +351,9 @@ def test_verify_round_counts_rejections():
 def test_extension_pays_after_sure_drafts_and_not_after_doubtful_ones():
     """GammaTuner.extension_pays: a 7K-like stack (target 10 ms a pass + 2 ms a row, middle 3 ms):
     after drafts its proposer was sure of (and which passed), one more costs ~5 ms for ~0.99 of a
-    token against ~6.5 ms a token, so it pays; after doubtful ones that often failed it does not.
+    token against ~6.5 ms a token, so it pays, even where doubtful drafts pulled the target's mean
+    acceptance down to ~0.5 (the next token is priced as a sure one); after doubtful ones that often
+    failed it does not.
     Extension tokens stay out of the acceptance the γs are chosen with."""
     from triforce.runtime.gamma import sure_acceptance, unsure_acceptance
     stack = [SimpleNamespace(name=n, stats=LevelStats()) for n in ("drafter", "retrieval", "target")]
@@ -363,6 +365,10 @@ def test_extension_pays_after_sure_drafts_and_not_after_doubtful_ones():
     assert sure_acceptance(top) > 0.98 and unsure_acceptance(top) < 0.6
     assert tuner.extension_pays([True, True], 2, 2)                  # drafts the proposer was sure of
     assert not tuner.extension_pays([False, False, True], 2, 3)      # two doubtful ones first
+    top.accepted, top.rejections = 60, 60    # the doubtful drafts all failed: a mean per-token acceptance ~0.5
+    tuner.pick()
+    assert tuner.alphas()[-1] < 0.55 and tuner.extension_pays([True, True], 2, 2)   # the next one priced as sure
+    top.accepted, top.rejections = 90, 30
     top.extended, top.extended_accepted, top.extended_rejections = 10, 10, 0
     assert per_token_acceptance(top) == smoothed_acceptance(80, 30)
 
