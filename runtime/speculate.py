@@ -229,8 +229,8 @@ class Extension:
     the γ tokens, one more round of the levels below whenever the last token drafted was drawn
     from a distribution whose top probability is at least `confidence` (Level.confidences) and
     `pays` (GammaTuner.extension_pays: its expected tokens are worth its cost, given which tokens so
-    far the proposer was sure of, as this bar classes them) says so, up to `cap` tokens. Lossless: when to stop
-    depends only on what the proposers drew and their own distributions, never on the
+    far the proposer was sure of, as this bar classes them) says so, up to `cap` tokens. Lossless:
+    when to stop depends only on what the proposers drew and their own distributions, never on the
     verifier's, so the acceptance rule keeps the output exact. A draft the proposer is sure of is
     nearly always accepted (teacher-forced on the essays at 7K and 32K: greedy, a middle-level top
     probability of 0.8 or more agreed every time, below 0.5 0.7-0.8; at T = 0.6, 0.99 or more
