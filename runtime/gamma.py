@@ -376,9 +376,9 @@ class GammaTuner:
         adds. The new token is priced as a sure one: it is drafted only after a draft the proposer
         was sure of, and such drafts come in runs. Priced at the target's mean per-token acceptance
         instead (which the doubtful drafts pull down: 0.76-0.89 in a 7K greedy request whose sure
-        drafts all passed), extension stopped short: 7K T = 0.6 ran 8.59 / 8.17 ms/token against
-        7.91 / 7.66 (16 texts, twice), 7K greedy 7.30 / 7.14 against 7.10 / 7.03; at 32K, where a
-        verify row costs ~5 ms, a wash (docs/BENCHMARKS.md, round 46)."""
+        drafts all passed), extension stopped short: 7K greedy ran 7.30 / 7.14 ms/token against
+        7.10 / 7.03; sampled requests (7K T = 0.6: -8%, -6%, +3% in three runs) and 32K, where a
+        verify row costs ~5 ms, within the noise (docs/BENCHMARKS.md, round 46)."""
         top, alphas, stats = len(self.costs) - 1, self.alphas(), self.stack[-1].stats
         rates = {True: sure_acceptance(stats), False: unsure_acceptance(stats)}
         passed = 1.0
