@@ -68,14 +68,14 @@ REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by t
 # of the time and those at 0.9-0.99 0.81-0.95. At 7K T = 0.6, ten requests each (one process): 8.63 ms/token
 # without extension, 8.01 at 0.9, 6.88 at 0.99 (medians).
 EXTEND_CONFIDENCE = {"greedy": 0.9, "sampled": 0.99}
+EXTEND_PRIOR = 0.9          # an extension token's chance to pass before any has been tested ...
+EXTEND_UNIT = 4             # ... and the drafting cost of one priced as that of EXTEND_UNIT tokens / EXTEND_UNIT
+SEEN_PASSES = 8             # passes of a level before its probed costs are rescaled
 
 
 def sure_bar(greedy: bool) -> float:
     """The top probability from which a proposer counts as sure of a draft (EXTEND_CONFIDENCE)."""
     return EXTEND_CONFIDENCE["greedy" if greedy else "sampled"]
-EXTEND_PRIOR = 0.9          # an extension token's chance to pass before any has been tested ...
-EXTEND_UNIT = 4             # ... and the drafting cost of one priced as that of EXTEND_UNIT tokens / EXTEND_UNIT
-SEEN_PASSES = 8             # passes of a level before its probed costs are rescaled
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

@@ -140,6 +140,9 @@ class Level:
         return shared_prefix(self.cached, seq, self.safe)
 
 
+SOFTMAX = SamplingParams(temperature=1.0, top_p=1.0)   # the plain softmax of the logits
+
+
 def top_probabilities(logits: torch.Tensor, probs: torch.Tensor, greedy: bool) -> torch.Tensor:
     """How sure a level is of the token it draws at each row: the largest probability of the
     distribution it draws from (greedy: of the softmax of the logits at temperature 1, as a
@@ -147,9 +150,6 @@ def top_probabilities(logits: torch.Tensor, probs: torch.Tensor, greedy: bool) -
     if not greedy:
         return probs.amax(-1)
     return probs_from_logits(logits, SOFTMAX).amax(-1)   # one native pass per row on a CPU: half logsumexp's time
-
-
-SOFTMAX = SamplingParams(temperature=1.0, top_p=1.0)   # the plain softmax of the logits
 
 
 def shared_prefix(a, b, start: int = 0) -> int:
@@ -199,7 +199,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
             top.stats.extended_accepted += max(0, num - base)
             top.stats.extended_rejections += base <= num < k
         if extend is not None and extend.seen:   # per tested token: was its proposer sure of it?
-            tested = [c >= extend.confidence for c in extend.seen[:min(num + 1, k)]]
+            tested = extend.sure(min(num + 1, k))
             top.stats.sure += sum(tested)
             top.stats.sure_accepted += sum(tested[:num])
     return drafted[:num] + [int(nxt[0])], p[:num + 1]
@@ -241,10 +241,14 @@ class Extension:
     pays: object = None          # pays(sure, base, drafted) -> bool, sure[i]: token i reached the bar; None: always
     seen: list = dataclasses.field(default_factory=list)   # the proposer's confidence in each token drafted so far
 
+    def sure(self, n: int) -> list[bool]:
+        """Whether the proposer was sure of each of the first n tokens drafted (this bar)."""
+        return [c >= self.confidence for c in self.seen[:n]]
+
     def more(self, base: int, drafted: int) -> bool:
         if drafted >= self.cap or drafted < base or not self.seen or self.seen[-1] < self.confidence:
             return False
-        return self.pays is None or self.pays([c >= self.confidence for c in self.seen[:drafted]], base, drafted)
+        return self.pays is None or self.pays(self.sure(drafted), base, drafted)
 
 
 @dataclass
