@@ -20,3 +20,18 @@ def triforce_request(S: int, T: float, NEW: int):
     run = dataclasses.replace(base_run(args, mode="triforce", temperature=T), max_new_tokens=NEW)
     engine = Engine(run, keep_prefill=True)
     return args, engine, run, prompt_ids(engine, args, S)
+
+
+def swapped_plan(level, T: int, x, n: int, slot: int, mod):
+    """level's decoder plan with the native module at plan_kernels()[slot] replaced by `mod` (an
+    instrumented build of it: tl2.py, tl3.py), and the arguments of one T-token pass (tokens x) on
+    its cache, rolled back to its n tokens. Returns (plan, args): plan.run(*args) is the pass."""
+    from triforce.runtime import model as M
+    kernels = list(M.plan_kernels())
+    kernels[slot] = mod
+    M.plan_kernels = lambda: tuple(kernels)
+    M._PLANS.pop(level.model, None)
+    plan, c = M.decoder_plan(level.model), level.cache
+    with torch.inference_mode():
+        cos, sin = c.begin(T); xe = level.model.model.embed_tokens(x); slots = c.slots(); c.end(); c.crop(n)
+    return plan, (xe, cos, sin, *slots)

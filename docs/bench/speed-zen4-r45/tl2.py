@@ -2,20 +2,15 @@
 import sys, os, time, statistics
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "speed-zen4-r44", "midprof.py")).read().split("print(f\"S={S} T={T}")[0].replace("for _ in range(5): mid.model","for _ in range(1): mid.model").replace("dur = float(sys.argv[4]) if len(sys.argv)>4 else 8","dur=0.5"))
 from triforce.runtime.bench.kernels import build_beside
-from triforce.runtime import model as M
+from common import swapped_plan
 mod = build_beside(os.environ["SRC"], "qinst2")   # SRC: quant_cpu.cpp in a copy of runtime/csrc with timeline_runs.patch and timeline_quant.patch applied
-m=mid.model; c=mid.cache
-orig=M.plan_kernels
-M.plan_kernels=lambda: (orig()[0], orig()[1], mod)
-M._PLANS.pop(m, None)
-plan=M.decoder_plan(m)
+plan, args = swapped_plan(mid, T, x, n, 2, mod)
 with torch.inference_mode():
-  cos,sin=c.begin(T); xe=m.model.embed_tokens(x); slots=c.slots(); c.end(); c.crop(n)
-  for _ in range(20): plan.run(xe,cos,sin,*slots)
+  for _ in range(20): plan.run(*args)
   ts=[]
   mod.tf_set(True)
   for _ in range(200):
-    t=time.perf_counter(); plan.run(xe,cos,sin,*slots); ts.append(time.perf_counter()-t)
+    t=time.perf_counter(); plan.run(*args); ts.append(time.perf_counter()-t)
   v=mod.tf_get(); mod.tf_set(False)
 calls=v[-1]; per=calls/4
 print(f"plan.run median {statistics.median(ts)*1e3:.3f} ms; int4 calls {calls:.0f}")

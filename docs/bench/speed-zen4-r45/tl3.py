@@ -2,21 +2,16 @@
 import sys, os, time, statistics
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "speed-zen4-r44", "midprof.py")).read().split("print(f\"S={S} T={T}")[0].replace("for _ in range(5): mid.model","for _ in range(1): mid.model").replace("dur = float(sys.argv[4]) if len(sys.argv)>4 else 8","dur=0.5"))
 from triforce.runtime.bench.kernels import build_beside
-from triforce.runtime import model as M
+from common import swapped_plan
 mod = build_beside(os.environ["SRC"], "ainst")   # SRC: attention_cpu.cpp in a copy of runtime/csrc with timeline_attention.patch applied
-m=mid.model; c=mid.cache
-orig=M.plan_kernels
-M.plan_kernels=lambda: (orig()[0], mod, orig()[2])
-M._PLANS.pop(m, None)
-plan=M.decoder_plan(m)
+plan, args = swapped_plan(mid, T, x, n, 1, mod)
 with torch.inference_mode():
-  cos,sin=c.begin(T); xe=m.model.embed_tokens(x); slots=c.slots(); c.end(); c.crop(n)
-  for _ in range(10): plan.run(xe,cos,sin,*slots)
+  for _ in range(10): plan.run(*args)
   ts=[]
   mod.tfa_set(True)
   reps=int(os.environ.get("REPS","100"))
   for _ in range(reps):
-    t=time.perf_counter(); plan.run(xe,cos,sin,*slots); ts.append(time.perf_counter()-t)
+    t=time.perf_counter(); plan.run(*args); ts.append(time.perf_counter()-t)
   v=mod.tfa_get(); mod.tfa_set(False)
 calls=v[-1]
 print(f"S={S} T={T} {sys.argv[3]}: plan.run median {statistics.median(ts)*1e3:.3f} ms; attention calls {calls:.0f} (slots {n})")
