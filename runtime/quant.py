@@ -7,7 +7,9 @@ proposal distribution, including one that is zero on most of the vocabulary).
     same   the level runs on the model's own weights (no copy)
     int8   per-output-row symmetric int8 (1 byte per weight + one scale per row)
     int4   asymmetric 4-bit in groups of INT4_GROUP input columns (0.5 byte per weight + a bf16
-           scale and zero per group) for the decoder layers; the head stays int8 (HEAD_KIND)
+           scale and zero per group) for the decoder layers; the head int4 too, with exact logits for
+           its best candidates of each row (RescoredHead), or int8 where there are no dense rows to
+           rescore with (HEAD_KIND)
 
 On a CPU with avx512_vnni or AVX2 both run runtime/csrc/quant_cpu.cpp (activations quantized to
 int8 per 32 columns on the fly, exact int8 dot products; at the memory floor for one row); elsewhere torch's
@@ -278,11 +280,58 @@ class Int4Linear(_QuantLinear):
 
 
 QUANTIZED = {"int8": Int8Linear, "int4": Int4Linear}
-# The head's rounding moves the logits directly, so `int4` keeps the head in int8: on the essays
-# at 7K (`triforce bench --suite lower`, docs/BENCHMARKS.md round 6) an int4 head cut the middle
-# level's expected acceptance at T = 0.6 from int8's 0.937 to 0.891 and its greedy agreement from
-# 0.988 to 0.973, while int4 decoder layers under an int8 head lost nothing (0.941, 0.988).
-HEAD_KIND = {"same": "same", "int8": "int8", "int4": "int8"}
+# The head's rounding moves the logits directly: on the essays at 7K (`triforce bench --suite lower`,
+# docs/BENCHMARKS.md round 6) a plain int4 head cut the middle level's expected acceptance at
+# T = 0.6 from int8's 0.937 to 0.891 and its greedy agreement from 0.988 to 0.973, while int4
+# decoder layers under an int8 head lost nothing (0.941, 0.988). So an int4 head is a
+# RescoredHead where the model's dense head rows are at hand (rescore_rows), else int8.
+HEAD_KIND = {"same": "same", "int8": "int8", "int4": "int4"}
+RESCORED = 32   # candidates per row a RescoredHead gives exact logits (16 and 64 measured alike, round 47)
+
+
+class RescoredHead(nn.Module):
+    """An int4 head whose RESCORED largest logits in each row are replaced by the exact ones, x . w
+    summed in fp32 and rounded to the dtype of the rows `dense` [V, E] of the head it was quantized
+    from, as that dense head's logits are (bf16 logits tie where fp32 ones would not, and argmax
+    takes the first of a tie). `dense` is shared, not copied (a tied head's: the copy's embedding);
+    K rows a pass, not counted in weight_bytes. The int4 head reads 0.625 bytes
+    a weight against int8's 1 (SmolLM2-135M: 17.7 MB against 28.3), and its candidates hold the
+    argmax and nearly all of the mass, so the middle level keeps an int8 head's acceptance (7K greedy
+    agreement 0.988 either way, T = 0.6 expected acceptance 0.951 against 0.954; a plain int4 head
+    0.981 and 0.913: docs/BENCHMARKS.md round 47). Lossless as any lower level: it only proposes."""
+
+    def __init__(self, head: nn.Module, dense: torch.Tensor):
+        super().__init__()
+        self.approx = Int4Linear(head)
+        self.dense = dense.detach()             # [V, E], shared: a plain tensor, not a parameter (weight_bytes)
+        self.bias = None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The int4 head's dtype and device marker (Transformer.dtype and .device read the head's)."""
+        return self.approx.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.approx(x).float()                                          # [..., V]
+        flat = logits.view(-1, logits.shape[-1])                                  # [N, V]
+        rows = x.reshape(-1, x.shape[-1]).to(self.dense.dtype)                    # [N, E]
+        k, kernel = min(RESCORED, flat.shape[-1]), native.quant_cpu()
+        if kernel is not None and x.device.type == "cpu":
+            kernel.rescore_top(flat, rows, self.dense, k)
+            return logits
+        top = flat.topk(k, dim=-1).indices                                       # [N, K]
+        exact = torch.einsum("ne,nke->nk", rows.float(), self.dense[top].float()).to(rows.dtype)   # [N, K], as a dense head rounds
+        flat.scatter_(-1, top, exact)
+        return logits
+
+
+def rescore_rows(model: nn.Module) -> torch.Tensor | None:
+    """The dense rows a RescoredHead of `model`'s head reads: a tied head's embedding, an untied plain
+    head's weight; None where there are none to share (an untied packed head: a dense copy)."""
+    head = model.lm_head
+    if getattr(model.cfg, "tie_word_embeddings", False):
+        return model.model.embed_tokens.weight
+    return head.weight if isinstance(head, nn.Linear) and head.bias is None else None
 
 
 class PrunedHead(nn.Module):
@@ -328,13 +377,20 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
     if kept is not None:
         out.lm_head = PrunedHead(out.lm_head, kept, model.cfg.vocab_size)
     head = head or HEAD_KIND[weights]
+    label = weights + (f"+head-{head}" if head != HEAD_KIND[weights] else "") + (f"+vocab{len(kept)}" if kept is not None else "")
+    dense = rescore_rows(model) if head == "int4" and kept is None else None
+    if head == "int4" and dense is None:   # no exact rows to rescore with: an int8 head (HEAD_KIND's note)
+        head = "int8"
     in_head = set(map(id, out.lm_head.modules())) | {id(out.lm_head)}
     quantized = []
     for parent in [*out.model.layers.modules(), *out.lm_head.modules(), out]:
         for name, child in list(parent.named_children()):
             if isinstance(child, (nn.Linear, PackedLinear)):   # nn.Linear, ops.Linear and ops.PackedLinear
                 kind = head if id(child) in in_head else weights
-                if kind != "same":
+                if kind == "int4" and id(child) in in_head:
+                    setattr(parent, name, RescoredHead(child, dense))
+                    quantized.append(getattr(parent, name).approx)
+                elif kind != "same":
                     quantized.append(QUANTIZED[kind](child))
                     setattr(parent, name, quantized[-1])
     one_allocation(quantized)                      # its own blocks only: those it shares stay where they are
@@ -345,8 +401,9 @@ def lower_level_copy(model: nn.Module, weights: str = "same", kept: torch.Tensor
         if weights == "same":
             raise ValueError("a compute dtype of its own is for quantized copies (dense weights would be copied)")
         convert_floats(out, dtype)
-    out.weights = weights + (f"+head-{head}" if head != HEAD_KIND[weights] else "") \
-        + (f"+vocab{len(kept)}" if kept is not None else "")
+    if isinstance(out.lm_head, RescoredHead) and model.cfg.tie_word_embeddings:
+        out.lm_head.dense = out.model.embed_tokens.weight.detach()   # the copy's own (maybe converted) embedding
+    out.weights = label
     return out
 
 

@@ -4,6 +4,7 @@ quantized middle level and a quantized, vocabulary-pruned drafter (a tiny random
 its 6-token vocabulary gives a small histogram), and greedy identity with `ar` on the real default
 model and its embedded drafter."""
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -13,7 +14,9 @@ from triforce.runtime.cache_full import FullCache
 from triforce.runtime.config import RunConfig
 from triforce.runtime.errors import UserError
 from triforce.runtime.model import fuse_projections, load_model
-from triforce.runtime.quant import Int4Linear, Int8Linear, PrunedHead, lower_level_copy, weight_bytes
+from triforce.runtime import quant
+from triforce.runtime.ops import PackedLinear
+from triforce.runtime.quant import Int4Linear, Int8Linear, PrunedHead, RescoredHead, lower_level_copy, weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
 from triforce.runtime.speculate import Level, SpecDecoder
 from triforce.runtime.vocab import kept_token_ids
@@ -226,16 +229,47 @@ def test_a_quantized_copy_may_compute_in_bf16_leaving_its_source_as_it_was(tiny_
         lower_level_copy(tiny_target, "same", torch.tensor([0, 2]), dtype=torch.bfloat16)
 
 
-def test_int4_copy_keeps_its_head_in_int8(tiny_target):
-    """int4 quantizes the decoder layers only: an int4 head's rounding moves the logits directly
-    and cut the middle level's acceptance (quant.HEAD_KIND), a pruned head included."""
-    for kept in (None, torch.tensor([0, 2, 3])):
-        c = lower_level_copy(tiny_target, "int4", kept)
-        head = c.lm_head.inner if kept is not None else c.lm_head
-        assert isinstance(head, Int8Linear), type(head)
-        assert isinstance(c.model.layers[0].self_attn.qkv_proj, Int4Linear)
-        assert isinstance(c.model.layers[-1].mlp.down_proj, Int4Linear)
-        assert c.weights.startswith("int4")
+def test_int4_copy_rescores_its_int4_head_where_the_dense_rows_are_shared(tiny_target):
+    """int4 quantizes the head too, as a RescoredHead reading the source head's own rows for its
+    candidates (a plain int4 head's rounding cut the middle level's acceptance: quant.HEAD_KIND);
+    a pruned head, or one whose dense rows are not at hand (packed, untied), stays int8."""
+    c = lower_level_copy(tiny_target, "int4")
+    assert isinstance(c.lm_head, RescoredHead) and c.lm_head.dense.data_ptr() == tiny_target.lm_head.weight.data_ptr()
+    assert c.weights == "int4" and c.dtype == tiny_target.dtype and c.device == tiny_target.device
+    assert isinstance(c.model.layers[0].self_attn.qkv_proj, Int4Linear)
+    int8_head = lower_level_copy(tiny_target, "int4", head="int8")
+    assert isinstance(int8_head.lm_head, Int8Linear) and int8_head.weights == "int4+head-int8"
+    assert weight_bytes(c) < weight_bytes(int8_head)              # the shared dense rows are not counted
+    pruned = lower_level_copy(tiny_target, "int4", torch.tensor([0, 2, 3]))
+    assert isinstance(pruned.lm_head.inner, Int8Linear) and pruned.weights == "int4+vocab3"
+    packed = copy.deepcopy(tiny_target)
+    packed.lm_head = PackedLinear(packed.lm_head)
+    assert isinstance(lower_level_copy(packed, "int4").lm_head, Int8Linear)
+    tied = copy.deepcopy(packed)                         # a tied head reads the embedding, the copy's own in its dtype
+    tied.cfg = dataclasses.replace(tied.cfg, tie_word_embeddings=True)
+    c = lower_level_copy(tied, "int4", dtype=torch.bfloat16)
+    assert isinstance(c.lm_head, RescoredHead) and c.lm_head.dense.data_ptr() == c.model.embed_tokens.weight.data_ptr()
+    assert c.lm_head.dense.dtype == torch.bfloat16 and tied.model.embed_tokens.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_rescored_head_is_exact_at_its_candidates_and_int4_elsewhere(tiny_target, native, monkeypatch):
+    """The RESCORED largest int4 logits of each row become x . w over the dense rows (fp32), the
+    rest stay the int4 head's; the native kernel and the torch path give the same logits."""
+    head = lower_level_copy(tiny_target, "int4").lm_head
+    monkeypatch.setattr(quant, "RESCORED", 4)                                   # of the tiny vocabulary's V
+    if not native:
+        monkeypatch.setattr(quant.native, "quant_cpu", lambda: None)
+    x = torch.randn(2, 5, tiny_target.cfg.hidden_size)
+    with torch.inference_mode():
+        approx = head.approx(x).float().view(10, -1)
+        got = head(x).view(10, -1)
+        exact = (x.view(10, -1) @ head.dense.float().T).to(x.dtype).float()     # [10, V], rounded as a dense head
+    top = approx.topk(quant.RESCORED, dim=-1).indices
+    torch.testing.assert_close(got.gather(-1, top), exact.gather(-1, top), rtol=1e-5, atol=1e-4)
+    rest = torch.ones_like(got, dtype=torch.bool).scatter_(-1, top, False)
+    assert torch.equal(got[rest], approx[rest])
+    assert (got.argmax(-1) == exact.argmax(-1)).all()
 
 
 def test_lower_levels_of_a_packed_model_equal_those_of_the_dense_one(tiny_target):

@@ -90,7 +90,7 @@ def add_bench_parser(sub) -> None:
                    help="passes suite on a GPU: also time each pass replayed from a CUDA graph, as the runtime "
                    "replays the lower levels' passes (runtime/graphs.py)")
     p.add_argument("--lower-weights", nargs="+", default=["same", "int8", "int4"],
-                   help="lower suite: the middle level's weights, LAYERS or LAYERS:HEAD (int4:int4 = int4 head too)")
+                   help="lower suite: the middle level's weights, LAYERS or LAYERS:HEAD (int4:int8 = an int8 head; int4 rescores its int4 head)")
     p.add_argument("--llama-bench", help="peers: a llama-bench binary; with --gguf adds llama.cpp at the same depth "
                    "(bf16 rows; skipped without both; docs/BENCHMARKS.md has the build recipe)")
     p.add_argument("--gguf", help="peers: the same model converted to a bf16 GGUF for --llama-bench")

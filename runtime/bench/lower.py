@@ -12,8 +12,8 @@ each read prompt + continuation in one pass. At every continuation position:
     sure                 the share of positions where the middle level's top probability reaches the
                          bar from which `--gamma auto` drafts past γ2 (speculate.Extension), and the
                          expected acceptance there and elsewhere
-Rows are (context, T, weights); `--lower-weights` takes LAYERS or LAYERS:HEAD (e.g. int4:int4, an
-int4 head; plain int4 keeps the head int8, runtime/quant.py HEAD_KIND).
+Rows are (context, T, weights); `--lower-weights` takes LAYERS or LAYERS:HEAD (e.g. int4:int8, an int8
+head; plain int4 has an int4 head whose best candidates get exact logits, runtime/quant.py RescoredHead).
 """
 from __future__ import annotations
 

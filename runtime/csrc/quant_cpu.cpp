@@ -48,6 +48,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "runs.h"   // for_runs: work units with stealing
@@ -633,6 +635,71 @@ std::vector<at::Tensor> quantize_int8(const at::Tensor& w_in) {
   return {packed, scales};
 }
 
+// rescore_top: the exact logits of an int4 head's best candidates (runtime/quant.py RescoredHead).
+// In each row of logits [N, V] (fp32, the int4 head's, in place) the k largest values are replaced
+// by x[n] . dense[v] (summed in fp32, rounded to x's dtype as a dense head's logits are: bf16 logits
+// tie where fp32 ones would not, and the target's argmax takes the first of a tie), dense [V, E]
+// being the head the int4 copy was made from (a tied
+// head's embedding: no copy). An int4 head reads 10.6 MB less than an int8 one for SmolLM2's
+// 49,152 x 576 head, and its rounding moves the logits by enough to cost acceptance; the
+// candidates it ranks first hold the argmax and nearly all of the mass, so exact values there
+// bring the middle level's acceptance back to an int8 head's (docs/BENCHMARKS.md, round 47).
+// Plain C++ (every build has it): the selection is one compare per logit (a min-heap of k
+// takes the rare larger ones), the products k * E multiply-adds in 8 fixed partial sums.
+// Row-invariant: a row's result depends on that row alone.
+template <typename T>
+inline float to_f32(T v) { return static_cast<float>(v); }
+
+template <typename X, typename W>
+float dot_rows(const X* x, const W* w, int64_t E) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t e = 0;
+  for (; e + 8 <= E; e += 8)
+    for (int j = 0; j < 8; ++j) part[j] += to_f32(x[e + j]) * to_f32(w[e + j]);
+  for (; e < E; ++e) part[e % 8] += to_f32(x[e]) * to_f32(w[e]);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+template <typename X, typename W>
+void rescore_rows(float* logits, int64_t V, const X* x, int64_t ldx, const W* dense, int64_t ldw, int64_t E,
+                  int64_t k, int64_t n0, int64_t n1) {
+  std::vector<std::pair<float, int64_t>> heap;   // min-heap of the row's k largest (value, id)
+  heap.reserve(k);
+  const auto later = std::greater<std::pair<float, int64_t>>();
+  for (int64_t n = n0; n < n1; ++n) {
+    float* y = logits + n * V;
+    heap.clear();
+    for (int64_t v = 0; v < k; ++v) heap.emplace_back(y[v], v);
+    std::make_heap(heap.begin(), heap.end(), later);
+    for (int64_t v = k; v < V; ++v)
+      if (y[v] > heap.front().first) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        heap.back() = {y[v], v};
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+    for (const auto& [value, v] : heap) y[v] = static_cast<float>(static_cast<X>(dot_rows(x + n * ldx, dense + v * ldw, E)));
+  }
+}
+
+void rescore_top(at::Tensor logits, at::Tensor x, at::Tensor dense, int64_t k) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous(),
+              "rescore_top: logits must be contiguous fp32 [N, V], got ", logits.sizes(), " ", logits.scalar_type());
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == logits.size(0) && x.stride(1) == 1, "rescore_top: x must be [N, E] rows, got ", x.sizes());
+  TORCH_CHECK(dense.dim() == 2 && dense.size(0) == logits.size(1) && dense.size(1) == x.size(1) && dense.stride(1) == 1,
+              "rescore_top: dense must be [V, E] = [", logits.size(1), ", ", x.size(1), "], got ", dense.sizes());
+  TORCH_CHECK(x.scalar_type() == dense.scalar_type() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat),
+              "rescore_top: x and dense must both be bf16 or both fp32, got ", x.scalar_type(), " and ", dense.scalar_type());
+  const int64_t N = logits.size(0), V = logits.size(1), E = x.size(1);
+  TORCH_CHECK(0 < k && k <= V, "rescore_top: k = ", k, " must be in [1, ", V, "]");
+  float* y = logits.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t n0, int64_t n1) {
+    if (x.scalar_type() == at::kFloat)
+      rescore_rows(y, V, x.data_ptr<float>(), x.stride(0), dense.data_ptr<float>(), dense.stride(0), E, k, n0, n1);
+    else
+      rescore_rows(y, V, x.data_ptr<at::BFloat16>(), x.stride(0), dense.data_ptr<at::BFloat16>(), dense.stride(0), E, k, n0, n1);
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -644,6 +711,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("packed"), py::arg("bias"), py::arg("out_features"), py::arg("out") = py::none());
   m.attr("int8_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int8_linear), "triforce.int8_linear");  // DecoderPlan
   m.attr("int4_linear_ptr") = py::capsule(reinterpret_cast<void*>(&int4_linear), "triforce.int4_linear");
+  m.def("rescore_top", &rescore_top, "logits [N,V] fp32 (in place): the k largest of each row <- x[n] . dense[v] (fp32 sums, rounded to x's dtype)");
   m.def("has_kernels", &has_kernels, "whether vector kernels (avx512_vnni, or AVX2) were compiled in");
   m.def("has_avx512_vnni", &has_avx512_vnni, "whether the avx512_vnni kernels were compiled in");
   m.def("has_avx512_bf16", &has_avx512_vnni, "same as has_avx512_vnni (the kernels need both; native build's report)");
