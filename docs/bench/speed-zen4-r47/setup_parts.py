@@ -15,7 +15,7 @@ def timed(cls, name):
         t = time.perf_counter(); r = orig(self, *a, **k); parts.setdefault(f"{cls.__name__}.{name}", []).append(time.perf_counter() - t); return r
     setattr(cls, name, f)
 timed(CR.RetrievalCache, "fill_from"); timed(CF.FullCache, "fill_from"); timed(CF.FullCache, "__init__"); timed(CR.RetrievalCache, "__init__")
-for _ in range(5):
+for _ in range(int(os.environ.get("REPS", 5))):
     t = time.perf_counter()
     stack, _ = eng.build_stack(run, len(ids) + 128)
     t1 = time.perf_counter()
