@@ -178,3 +178,41 @@ def test_out_is_written_in_place_with_the_same_bits_and_checked(kernels, cls):
     for wrong in (torch.empty(3, 199).bfloat16(), torch.empty(3, 200), torch.empty(200, 3).bfloat16().T):
         with pytest.raises(RuntimeError, match="out must be contiguous"):
             call(x, out=wrong)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("k", [1, 7, 50])
+def test_rescore_top_replaces_each_rows_k_largest_by_their_exact_logits(dtype, k):
+    """rescore_top (every build has it: plain C++): in each row the k largest logits, and only they,
+    become x . dense[v] summed in fp32 and rounded to x's dtype; k = V rescores the whole row."""
+    from triforce.runtime import native
+    kernel = native.quant_cpu()
+    if kernel is None:
+        pytest.skip("the native quant module did not build here")
+    torch.manual_seed(1)
+    V, E = 50, 40
+    dense, x = torch.randn(V, E).to(dtype), torch.randn(3, E).to(dtype)
+    exact = (x.float() @ dense.float().T).to(dtype).float()                    # [3, V]
+    approx = exact + 0.3 * torch.randn(3, V)
+    got = approx.clone()
+    kernel.rescore_top(got, x, dense, k)
+    top = approx.topk(k, dim=-1).indices
+    torch.testing.assert_close(got.gather(-1, top), exact.gather(-1, top), rtol=1e-6, atol=1e-5)
+    rest = torch.ones(3, V, dtype=torch.bool).scatter_(-1, top, False)
+    assert torch.equal(got[rest], approx[rest])
+
+
+def test_rescore_top_refuses_what_it_cannot_rescore():
+    from triforce.runtime import native
+    kernel = native.quant_cpu()
+    if kernel is None:
+        pytest.skip("the native quant module did not build here")
+    logits, x, dense = torch.zeros(2, 10), torch.zeros(2, 4), torch.zeros(10, 4)
+    with pytest.raises(RuntimeError, match=r"k = 11 must be in \[1, 10\]"):
+        kernel.rescore_top(logits, x, dense, 11)
+    with pytest.raises(RuntimeError, match="must both be bf16 or both fp32"):
+        kernel.rescore_top(logits, x.bfloat16(), dense, 3)
+    with pytest.raises(RuntimeError, match=r"dense must be \[V, E\]"):
+        kernel.rescore_top(logits, x, torch.zeros(9, 4), 3)
+    with pytest.raises(RuntimeError, match="contiguous fp32"):
+        kernel.rescore_top(logits.bfloat16(), x, dense, 3)
