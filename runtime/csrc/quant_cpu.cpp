@@ -639,8 +639,8 @@ std::vector<at::Tensor> quantize_int8(const at::Tensor& w_in) {
 // In each row of logits [N, V] (fp32, the int4 head's, in place) the k largest values are replaced
 // by x[n] . dense[v] (summed in fp32, rounded to x's dtype as a dense head's logits are: bf16 logits
 // tie where fp32 ones would not, and the target's argmax takes the first of a tie), dense [V, E]
-// being the head the int4 copy was made from (a tied
-// head's embedding: no copy). An int4 head reads 10.6 MB less than an int8 one for SmolLM2's
+// being the head the int4 copy was made from (a tied head's embedding: shared, not copied).
+// An int4 head reads 10.6 MB less than an int8 one for SmolLM2's
 // 49,152 x 576 head, and its rounding moves the logits by enough to cost acceptance; the
 // candidates it ranks first hold the argmax and nearly all of the mass, so exact values there
 // bring the middle level's acceptance back to an int8 head's (docs/BENCHMARKS.md, round 47).
@@ -650,8 +650,8 @@ std::vector<at::Tensor> quantize_int8(const at::Tensor& w_in) {
 template <typename T>
 inline float to_f32(T v) { return static_cast<float>(v); }
 
-template <typename X, typename W>
-float dot_rows(const X* x, const W* w, int64_t E) {
+template <typename X>
+float dot_rows(const X* x, const X* w, int64_t E) {
   float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t e = 0;
   for (; e + 8 <= E; e += 8)
@@ -660,8 +660,8 @@ float dot_rows(const X* x, const W* w, int64_t E) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-template <typename X, typename W>
-void rescore_rows(float* logits, int64_t V, const X* x, int64_t ldx, const W* dense, int64_t ldw, int64_t E,
+template <typename X>
+void rescore_rows(float* logits, int64_t V, const X* x, int64_t ldx, const X* dense, int64_t ldw, int64_t E,
                   int64_t k, int64_t n0, int64_t n1) {
   std::vector<std::pair<float, int64_t>> heap;   // min-heap of the row's k largest (value, id)
   heap.reserve(k);
@@ -677,7 +677,10 @@ void rescore_rows(float* logits, int64_t V, const X* x, int64_t ldx, const W* de
         heap.back() = {y[v], v};
         std::push_heap(heap.begin(), heap.end(), later);
       }
-    for (const auto& [value, v] : heap) y[v] = static_cast<float>(static_cast<X>(dot_rows(x + n * ldx, dense + v * ldw, E)));
+    for (const auto& entry : heap) {
+      const int64_t v = entry.second;
+      y[v] = static_cast<float>(static_cast<X>(dot_rows(x + n * ldx, dense + v * ldw, E)));
+    }
   }
 }
 
