@@ -647,16 +647,13 @@ std::vector<at::Tensor> quantize_int8(const at::Tensor& w_in) {
 // Plain C++ (every build has it): the selection is one compare per logit (a min-heap of k
 // takes the rare larger ones), the products k * E multiply-adds in 8 fixed partial sums.
 // Row-invariant: a row's result depends on that row alone.
-template <typename T>
-inline float to_f32(T v) { return static_cast<float>(v); }
-
 template <typename X>
 float dot_rows(const X* x, const X* w, int64_t E) {
   float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t e = 0;
   for (; e + 8 <= E; e += 8)
-    for (int j = 0; j < 8; ++j) part[j] += to_f32(x[e + j]) * to_f32(w[e + j]);
-  for (; e < E; ++e) part[e % 8] += to_f32(x[e]) * to_f32(w[e]);
+    for (int j = 0; j < 8; ++j) part[j] += static_cast<float>(x[e + j]) * static_cast<float>(w[e + j]);
+  for (; e < E; ++e) part[e % 8] += static_cast<float>(x[e]) * static_cast<float>(w[e]);
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
