@@ -77,6 +77,21 @@ def encode(tokenizer, model_dir: Path, text: str, chat: bool = False) -> list[in
 
 
 @dataclass
+class SavedPrefill:
+    """The target's prefill of `tokens` kept for later requests (Engine keep_prefill), made in
+    passes of `chunk` tokens. resident: `cache` is a request's own full cache, lent to the next
+    request that has room; it may hold positions past the prompt and another last query until
+    Engine._settled_prefill puts it back (crop, and last_query, each layer's query at the prompt's
+    last token, which the retrieval cache scores with). Else a copy in host memory of exactly the
+    prompt (offloaded or sharded targets, a prompt cache file)."""
+    tokens: tuple
+    chunk: int
+    cache: FullCache
+    last_query: torch.Tensor   # [L, 1, H, D]
+    resident: bool = False
+
+
+@dataclass
 class Result:
     model_path: str
     mode: str
@@ -155,8 +170,14 @@ class Engine(Checkpoint):
         return self.tier, self.copier
 
     def full_cache(self, rope, capacity: int, on_chip: int) -> FullCache:
-        """The target's full cache: resident, or with layers beyond `on_chip` in the host tier."""
+        """The target's full cache: resident, or with layers beyond `on_chip` in the host tier. With
+        keep_prefill, a resident cache is the saved prefill's own where it has room (nothing
+        allocated: the prefill then finds its prompt in place, or overwrites what it does not share)."""
         if on_chip >= self.cfg.num_layers:
+            saved = self._prefill_memo
+            if self.keep_prefill and saved is not None and saved.resident and saved.cache.capacity >= capacity:
+                saved.cache.rope = rope
+                return saved.cache
             return FullCache(self.cfg, rope, 1, capacity, self.device, self.model.dtype)
         from triforce.offload.kv import OffloadedFullCache
         tier, copier = self.tiers()
@@ -258,16 +279,23 @@ class Engine(Checkpoint):
         """Fills every level with the prompt but its last token (each decode step starts by feeding
         the newest committed token). A level on the target's weights fills its cache from the
         target's full cache (cache.fill_from: each policy knows how); any other level runs passes
-        of its max_pass tokens; the target too, but with keep_prefill it first copies what an
-        earlier request's saved prefill holds of this prompt (_saved_prefill). Returns how many
-        positions were copied so."""
+        of its max_pass tokens; the target too, but with keep_prefill it first takes what an
+        earlier request's saved prefill holds of this prompt (_saved_prefill): in place where the
+        target's cache is the saved one (full_cache), else copied. Returns how many positions
+        were taken so."""
         context, target = prompt[:-1], stack[-1]
         saved, reused = self._saved_prefill(context, target.max_pass)
+        in_place = saved is not None and saved is target.cache
+        if in_place and reused < len(context):
+            self.forget_prefill()   # this prompt's own passes overwrite the saved one from `reused` on
         for level in reversed(stack):  # the target first: the levels below fill from its cache
             source = saved if level is target else target.cache if level.role == "target" else None
             filled = reused if level is target else len(context) if source is not None else 0
             if filled:
-                level.cache.fill_from(source, filled)
+                if level is target and in_place:
+                    level.cache.crop(filled)
+                else:
+                    level.cache.fill_from(source, filled)
                 level.cached = list(context[:filled])
                 level.commit(level.cached)
             if filled < len(context):
@@ -275,24 +303,26 @@ class Engine(Checkpoint):
         for level in stack:
             level.reset_stats()
         self.prefill_saved_anew = self.keep_prefill and reused < len(context)
-        if self.prefill_saved_anew:
+        if self.keep_prefill and type(target.cache) is FullCache:
+            # the target's own cache is the saved copy: a later request with room takes it in place
+            self._prefill_memo = SavedPrefill(tuple(context), target.max_pass, target.cache,
+                                              target.cache.last_query.clone(), resident=True)
+        elif self.prefill_saved_anew:
             self.forget_prefill()   # the earlier copy goes before this one is made
-            # in the device's memory, unless the target's own KV had to leave it (offloaded layers)
-            resident = type(target.cache) is FullCache
-            kept = FullCache(self.cfg, target.cache.rope, 1, len(context), self.device if resident else torch.device("cpu"),
-                             self.model.dtype)
+            # in host memory: the target's own KV had to leave the device (offloaded layers), or lives on shards
+            kept = FullCache(self.cfg, target.cache.rope, 1, len(context), torch.device("cpu"), self.model.dtype)
             kept.fill_from(target.cache, len(context))
-            self._prefill_memo = (tuple(context), target.max_pass, kept)
+            self._prefill_memo = SavedPrefill(tuple(context), target.max_pass, kept, kept.last_query.clone())
         return reused
 
     def export_prefill(self) -> tuple | None:
         """The saved prefill as data: (tokens, pass size, k, v [L, 1, Hkv, n, D], last_query [L, 1, H, D]),
         or None (runtime/prompt_cache.py keeps it in a file)."""
-        if self._prefill_memo is None:
+        saved = self._settled_prefill()
+        if saved is None:
             return None
-        tokens, chunk, cache = self._prefill_memo
-        n = cache.length
-        return list(tokens), chunk, cache.k[:, :, :, :n], cache.v[:, :, :, :n], cache.last_query
+        n = len(saved.tokens)
+        return list(saved.tokens), saved.chunk, saved.cache.k[:, :, :, :n], saved.cache.v[:, :, :, :n], saved.last_query
 
     def import_prefill(self, tokens: list[int], chunk: int, k: torch.Tensor, v: torch.Tensor,
                        last_query: torch.Tensor) -> None:
@@ -302,29 +332,41 @@ class Engine(Checkpoint):
             raise UserError(f"a saved prefill of K/V {tuple(k.shape)} does not fit this model's {tuple(cache.k.shape)}")
         cache.k.copy_(k), cache.v.copy_(v), cache.last_query.copy_(last_query)
         cache.length = len(tokens)
-        self._prefill_memo = (tuple(tokens), chunk, cache)
+        self._prefill_memo = SavedPrefill(tuple(tokens), chunk, cache, cache.last_query.clone())
 
     def forget_prefill(self) -> None:
         """Drops the saved prefill (keep_prefill): the next request prefills from scratch."""
         self._prefill_memo = None
 
+    def _settled_prefill(self) -> "SavedPrefill | None":
+        """The saved prefill with its cache back at its prompt: a request that ran on it in place
+        wrote positions past the prompt and each layer's last query (the retrieval cache scores
+        with the prefill's). None if nothing is saved."""
+        saved = self._prefill_memo
+        if saved is not None and saved.resident:
+            if saved.cache.length < len(saved.tokens):   # cropped below its prompt by a caller: not whole
+                self.forget_prefill()
+                return None
+            saved.cache.crop(len(saved.tokens))
+            saved.cache.last_query.copy_(saved.last_query)
+        return saved
+
     def _saved_prefill(self, context: list[int], chunk: int) -> tuple[FullCache | None, int]:
         """The target's prefill saved by an earlier request (keep_prefill), and how many of this
-        context's first positions to copy from it: all of them for the same context; else the
+        context's first positions to take from it: all of them for the same context; else the
         positions the two contexts share, in whole prefill passes of `chunk` tokens and short of
         this context's end. A prefill runs its passes at multiples of `chunk` from position 0, so up
         to that point both requests ran the same tokens in the same passes: the copy is bit for bit
         what this request's own passes would write, and its passes from there on (the last of them
         leaving each layer's last query for the retrieval cache) are the ones a full prefill runs.
         A batch of questions over one document prefills the document once."""
-        memo = self._prefill_memo
-        if memo is None or memo[1] != chunk:
+        saved = self._settled_prefill() if self.keep_prefill else self._prefill_memo   # (copies, e.g. a batch's
+        if saved is None or saved.chunk != chunk or saved.cache.length < len(saved.tokens):   # sequences, only read it)
             return None, 0
-        saved_context, _, saved = memo
-        if saved_context == tuple(context):
-            return saved, len(context)
-        reused = min(shared_prefix(saved_context, context), len(context) - 1) // chunk * chunk
-        return (saved, reused) if reused > 0 else (None, 0)
+        if saved.tokens == tuple(context):
+            return saved.cache, len(context)
+        reused = min(shared_prefix(saved.tokens, context), len(context) - 1) // chunk * chunk
+        return (saved.cache, reused) if reused > 0 else (None, 0)
 
     @staticmethod
     def _prefill_passes(level: Level, context: list[int], on_prefill: Callable[[int], None] | None,
@@ -373,6 +415,8 @@ class Engine(Checkpoint):
         finally:
             if hasattr(stack[-1].cache, "close"):  # an offloaded cache returns its host-tier arenas
                 stack[-1].cache.close()
+            if self.keep_prefill:
+                self._settled_prefill()   # a request that ran on the saved prefill in place leaves it whole
 
     def _generate(self, stack, gammas, prompt_ids, run, on_tokens, on_prefill) -> Result:
         generator = torch.Generator(device=self.device).manual_seed(run.seed)

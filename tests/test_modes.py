@@ -174,6 +174,34 @@ def test_a_prompt_that_starts_as_the_saved_one_copies_whole_prefill_passes_bit_f
     assert (result.stats["prefill_reused"], expected.stats["prefill_reused"]) == (expected_reused, 0)
 
 
+def test_a_saved_prefill_is_taken_in_place_and_left_whole(engine, kjv_ids):
+    """keep_prefill: a later request with room runs on the saved prefill's cache itself (nothing
+    allocated, nothing copied) and leaves it whole: cropped to its prompt and holding the prefill's
+    last query, not the decode's, so that the next request and export_prefill see the prefill.
+    A request that needs more room allocates its own cache, copies, and is saved in its place."""
+    import torch
+    ids = kjv_ids[:203]
+    fresh, saving = copy.copy(engine), copy.copy(engine)
+    fresh.keep_prefill, fresh._prefill_memo = False, None
+    saving.keep_prefill, saving._prefill_memo = True, None
+    expected = run(fresh, ids, "triforce", max_new_tokens=12).token_ids
+    assert run(saving, ids, "triforce", max_new_tokens=12).token_ids == expected      # saves its prefill
+    saved = saving._prefill_memo
+    tokens, _, k, v, query = (x.clone() if isinstance(x, torch.Tensor) else x for x in saving.export_prefill())
+    assert tokens == ids[:-1] and saved.cache.length == len(ids) - 1
+    caches, build = [], saving.build_stack
+    saving.build_stack = lambda *a: (lambda built: caches.append(built[0][-1].cache) or built)(build(*a))
+    result = run(saving, ids, "triforce", max_new_tokens=12)
+    assert result.token_ids == expected and result.stats["prefill_reused"] == len(ids) - 1
+    assert len(caches) == 1 and caches[0] is saved.cache and saving._prefill_memo.cache is saved.cache
+    assert saved.cache.length == len(ids) - 1 and torch.equal(saved.cache.last_query, query)
+    _, _, k2, v2, query2 = saving.export_prefill()
+    assert torch.equal(k2, k) and torch.equal(v2, v) and torch.equal(query2, query)
+    longer = run(saving, ids, "triforce", max_new_tokens=24)
+    assert caches[1] is not saved.cache and saving._prefill_memo.cache is caches[1]
+    assert longer.stats["prefill_reused"] == len(ids) - 1 and longer.token_ids[:12] == expected
+
+
 @pytest.mark.slow
 def test_acceptance_policy_rebuild_and_never(engine, kjv_ids):
     ids = kjv_ids[:300]
