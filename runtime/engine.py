@@ -284,17 +284,17 @@ class Engine(Checkpoint):
         target's cache is the saved one (full_cache), else copied. Returns how many positions
         were taken so."""
         context, target = prompt[:-1], stack[-1]
+        lent = self._prefill_memo is not None and self._prefill_memo.cache is target.cache   # (full_cache)
         saved, reused = self._saved_prefill(context, target.max_pass)
-        in_place = saved is not None and saved is target.cache
-        if in_place and reused < len(context):
-            self.forget_prefill()   # this prompt's own passes overwrite the saved one from `reused` on
+        if lent:   # the saved prefill is this cache: what this prompt shares with it stays, the rest goes
+            if reused < len(context):
+                self.forget_prefill()   # this prompt's own passes overwrite it from `reused` on
+            target.cache.crop(reused)
         for level in reversed(stack):  # the target first: the levels below fill from its cache
             source = saved if level is target else target.cache if level.role == "target" else None
             filled = reused if level is target else len(context) if source is not None else 0
             if filled:
-                if level is target and in_place:
-                    level.cache.crop(filled)
-                else:
+                if not (level is target and lent):
                     level.cache.fill_from(source, filled)
                 level.cached = list(context[:filled])
                 level.commit(level.cached)

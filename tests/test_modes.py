@@ -200,6 +200,11 @@ def test_a_saved_prefill_is_taken_in_place_and_left_whole(engine, kjv_ids):
     longer = run(saving, ids, "triforce", max_new_tokens=24)
     assert caches[1] is not saved.cache and saving._prefill_memo.cache is caches[1]
     assert longer.stats["prefill_reused"] == len(ids) - 1 and longer.token_ids[:12] == expected
+    other = kjv_ids[300:420]      # shares nothing with the saved prompt: the lent cache is emptied first
+    result = run(saving, other, "triforce", max_new_tokens=12)
+    assert caches[2] is caches[1] and result.stats["prefill_reused"] == 0
+    assert result.token_ids == run(fresh, other, "triforce", max_new_tokens=12).token_ids
+    assert saving._prefill_memo.tokens == tuple(other[:-1]) and caches[1].length == len(other) - 1
 
 
 @pytest.mark.slow
