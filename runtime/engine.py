@@ -360,8 +360,9 @@ class Engine(Checkpoint):
         what this request's own passes would write, and its passes from there on (the last of them
         leaving each layer's last query for the retrieval cache) are the ones a full prefill runs.
         A batch of questions over one document prefills the document once."""
-        saved = self._settled_prefill() if self.keep_prefill else self._prefill_memo   # (copies, e.g. a batch's
-        if saved is None or saved.chunk != chunk or saved.cache.length < len(saved.tokens):   # sequences, only read it)
+        # an engine without keep_prefill (a batch's sequences: copies of one that has it) only reads it
+        saved = self._settled_prefill() if self.keep_prefill else self._prefill_memo
+        if saved is None or saved.chunk != chunk or saved.cache.length < len(saved.tokens):
             return None, 0
         if saved.tokens == tuple(context):
             return saved.cache, len(context)
