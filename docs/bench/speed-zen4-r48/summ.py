@@ -2,16 +2,13 @@
 Teacher-forced greedy agreement (as midacc.py) of a retrieval cache plus one summary key per block of
 M context tokens (the mean key and value of the block's dropped tokens, with a log(count) bias), torch
 attention. python summ.py S NEW OFFSETS VARIANTS...  VARIANT = weights,budget,M (M 0: no summaries)."""
-import argparse, dataclasses, math, sys, time
-import triforce.runtime
+import math, os, sys, time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from forcing import by_stretch, engine_at, forced, level_on, prompts
 import torch
-from triforce.runtime.bench import add_bench_parser
-from triforce.runtime.bench.suites import base_run, corpus_text
-from triforce.runtime.bench.lower import teacher_forced
 from triforce.runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
-from triforce.runtime.engine import Engine
 from triforce.runtime.quant import lower_level_copy
-from triforce.runtime.speculate import Level
+
 
 class Summarized(RetrievalCache):
     M = 0
@@ -56,34 +53,18 @@ class Summarized(RetrievalCache):
         return out.view(B, H, T, D).transpose(1, 2).to(q.dtype)
 
 S, NEW = int(sys.argv[1]), int(sys.argv[2])
-offsets = [int(o) for o in sys.argv[3].split(",")]
 variants = [v.split(",") for v in sys.argv[4:]]
-p = argparse.ArgumentParser(); sub = p.add_subparsers(dest="command"); add_bench_parser(sub)
-args = p.parse_args(["bench", "--suite", "lower", "--contexts", str(S), "--dtypes", "bf16", "--threads", "2",
-                     "--corpus", "essays", "--new-tokens", str(NEW)] + (["--rope-scaling", "yarn:4"] if S > 8000 else []))
-torch.set_num_threads(2)
-run = base_run(args, mode="ar", temperature=0.0)
-engine = Engine(run, keep_prefill=True)
-models = {"same": engine.model}
-for w in {v[0] for v in variants} - {"same"}:
-    models[w] = lower_level_copy(engine.model, w)
-text = corpus_text("essays")
-edges = [0, 16, 32, 64, 128, 256, 512]
+engine, run = engine_at(S, NEW)
+models = {w: engine.model if w == "same" else lower_level_copy(engine.model, w) for w in {v[0] for v in variants}}
 with torch.inference_mode():
-    for off in offsets:
-        ids = engine.tokenizer.encode(text[off:off + 8 * S])[:S]
-        request = dataclasses.replace(run, temperature=0.0, max_new_tokens=NEW)
-        target, seq, tl = teacher_forced(engine, request, ids)
-        n = len(seq) - len(ids); targ = tl.argmax(-1)
+    for off, ids in prompts(engine, S, sys.argv[3]):
+        request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)
         for w, budget, M in variants:
             t0 = time.time()
             model = models[w]
             cache = Summarized(model.cfg, target.cache.rope, 1, int(budget), 8, n + 16, engine.device, model.dtype, recent=256)
             cache.M = int(M)
-            cache.fill_from(target.cache, len(ids) - 1)
-            mid = Level("retrieval", model, cache, request.sampling, 512)
-            mid.cached = list(target.cached[:len(ids) - 1]); mid.commit(mid.cached)
-            lg = mid.feed(seq[:-1], keep_last=n)
-            a = (lg.argmax(-1) == targ).float()
-            parts = " ".join(f"{lo}-{hi}:{a[lo:hi].mean().item():.3f}" for lo, hi in zip(edges, edges[1:]) if lo < n)
-            print(f"offset {off} {w:5s} budget {budget:>5s} M {M:>4s}: agreement {a.mean().item():.3f}  [{parts}]  ({time.time() - t0:.1f} s)", flush=True)
+            cache.fill_from(target.cache, ctx)
+            hits = (level_on(model, cache, request, seq, ctx).feed(seq[:-1], keep_last=n).argmax(-1) == logits.argmax(-1)).float()
+            print(f"offset {off} {w:5s} budget {budget:>5s} M {M:>4s}: agreement {hits.mean().item():.3f}  [{by_stretch(hits)}]  "
+                  f"({time.time() - t0:.1f} s)", flush=True)

@@ -1,0 +1,39 @@
+"""The middle level's retrieval KV in int8 (simulated: each selected row of K and V rounded to int8 with its own
+scale, max|x| / 127, then back), teacher-forced, greedy agreement and expected acceptance at T = 0.6.
+python int8kv.py S NEW OFFSETS BUDGETS  (each budget in bf16 and in int8)"""
+import os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from forcing import engine_at, forced, level_on, prompts
+import torch
+from triforce.runtime.cache_retrieval import RetrievalCache
+from triforce.runtime.quant import lower_level_copy
+from triforce.runtime.sampling import SamplingParams, probs_from_logits
+
+
+class Int8Rows(RetrievalCache):
+    def fill_from(self, full, n):
+        super().fill_from(full, n)
+        for t in (self.k, self.v):
+            rows = t[:, :, :, :self.selected].float()                       # [L, B, Hkv, kept, D]
+            scale = rows.abs().amax(-1, keepdim=True).clamp(min=1e-8) / 127
+            t[:, :, :, :self.selected] = ((rows / scale).round().clamp(-127, 127) * scale).to(t.dtype)
+
+
+S, NEW = int(sys.argv[1]), int(sys.argv[2])
+budgets = [int(b) for b in sys.argv[4].split(",")]
+engine, run = engine_at(S, NEW)
+model = lower_level_copy(engine.model, "int4")
+with torch.inference_mode():
+    for off, ids in prompts(engine, S, sys.argv[3]):
+        for T in (0.0, 0.6):
+            params = SamplingParams(temperature=T, top_p=0.9)
+            request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW, T=T, seed=1)
+            p_target = probs_from_logits(logits, params)
+            for budget in budgets:
+                for kind, cls in (("bf16", RetrievalCache), ("int8", Int8Rows)):
+                    c = cls(model.cfg, target.cache.rope, 1, budget, 8, n + 16, engine.device, model.dtype, recent=min(256, budget // 4))
+                    c.fill_from(target.cache, ctx)
+                    lg = level_on(model, c, request, seq, ctx).feed(seq[:-1], keep_last=n)
+                    agree = (lg.argmax(-1) == logits.argmax(-1)).float().mean().item()
+                    overlap = torch.minimum(p_target, probs_from_logits(lg, params)).sum(-1).mean().item()
+                    print(f"offset {off} T {T} budget {budget} {kind}: greedy agreement {agree:.3f}, expected acceptance {overlap:.3f}", flush=True)
