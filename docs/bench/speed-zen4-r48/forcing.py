@@ -2,7 +2,7 @@
 lower suite's engine at S tokens, the essays' prompts, the target's own continuation, a middle level on a given
 cache, the continuation's queries recorded, and retrieval caches whose chunks are chosen by given scores.
 Imported by those scripts (not run on its own)."""
-import argparse, dataclasses
+import argparse, dataclasses, sys
 import triforce.runtime   # first: its allocator settings apply before torch allocates
 import torch
 from triforce.runtime.bench import add_bench_parser
@@ -11,6 +11,7 @@ from triforce.runtime.bench.suites import base_run, corpus_text
 from triforce.runtime.cache_full import FullCache
 from triforce.runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
 from triforce.runtime.engine import Engine
+from triforce.runtime.quant import lower_level_copy
 from triforce.runtime.speculate import Level
 
 EDGES = [0, 16, 32, 64, 128, 256, 512]   # continuation positions, for agreement by stretch
@@ -25,6 +26,15 @@ def engine_at(S: int, NEW: int):
     torch.set_num_threads(2)
     run = base_run(args, mode="ar", temperature=0.0)
     return Engine(run, keep_prefill=True), run
+
+
+def from_argv(kinds=("int4",)):
+    """S and NEW from argv[1:3], the engine and run (engine_at), and the middle level's weights of each kind
+    ("same": the target's own; else lower_level_copy's kinds)."""
+    S, NEW = int(sys.argv[1]), int(sys.argv[2])
+    engine, run = engine_at(S, NEW)
+    models = {kind: engine.model if kind == "same" else lower_level_copy(engine.model, kind) for kind in kinds}
+    return S, NEW, engine, run, models
 
 
 def prompts(engine: Engine, S: int, offsets: str):

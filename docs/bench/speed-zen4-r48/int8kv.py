@@ -3,10 +3,9 @@ scale, max|x| / 127, then back), teacher-forced, greedy agreement and expected a
 python int8kv.py S NEW OFFSETS BUDGETS  (each budget in bf16 and in int8)"""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import engine_at, forced, level_on, prompts
+from forcing import from_argv, forced, level_on, prompts
 import torch
 from triforce.runtime.cache_retrieval import RetrievalCache
-from triforce.runtime.quant import lower_level_copy
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
 
 
@@ -19,10 +18,9 @@ class Int8Rows(RetrievalCache):
             t[:, :, :, :self.selected] = ((rows / scale).round().clamp(-127, 127) * scale).to(t.dtype)
 
 
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
+S, NEW, engine, run, models = from_argv()
+model = models["int4"]
 budgets = [int(b) for b in sys.argv[4].split(",")]
-engine, run = engine_at(S, NEW)
-model = lower_level_copy(engine.model, "int4")
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):
         for T in (0.0, 0.6):

@@ -3,15 +3,12 @@ retrieval-cache variants (budget, recent, chunk) and weights. python midacc.py S
 VARIANT = weights,budget,recent,chunk (e.g. int4,2192,256,8; budget 0 = all)."""
 import dataclasses, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import by_stretch, engine_at, forced, prompts
+from forcing import by_stretch, forced, from_argv, prompts
 import torch
 from triforce.runtime.bench.lower import middle_level
-from triforce.runtime.quant import lower_level_copy
 
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
 variants = [v.split(",") for v in sys.argv[4:]]
-engine, run = engine_at(S, NEW)
-models = {w: engine.model if w == "same" else lower_level_copy(engine.model, w) for w in {v[0] for v in variants}}
+S, NEW, engine, run, models = from_argv({v[0] for v in variants})
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):
         request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)

@@ -6,14 +6,12 @@ from the future). python oracle.py S NEW OFFSETS BUDGETS  (e.g. 2192,4096)
 the continuation's last query; midacc32.log has the static rows.)"""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import Chosen, by_stretch, engine_at, forced, level_on, mass_scores, prompts, record_queries
+from forcing import from_argv, Chosen, by_stretch, forced, level_on, mass_scores, prompts, record_queries
 import torch
-from triforce.runtime.quant import lower_level_copy
 
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
+S, NEW, engine, run, models = from_argv()
+model = models["int4"]
 budgets = [int(b) for b in sys.argv[4].split(",")]
-engine, run = engine_at(S, NEW)
-model = lower_level_copy(engine.model, "int4")
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):
         request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)

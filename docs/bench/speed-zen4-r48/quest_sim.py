@@ -7,10 +7,9 @@ python quest_sim.py S NEW OFFSETS BUDGETS; VARIANTS='NAME:CHUNK;...' (environmen
 static, per step, mean keys / min/max bounds / mass (default: quest.log's four)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import Chosen, engine_at, forced, level_on, mass_scores, prompts, record_queries
+from forcing import from_argv, Chosen, forced, level_on, mass_scores, prompts, record_queries
 import torch
 from triforce.runtime.cache_retrieval import chunk_scores
-from triforce.runtime.quant import lower_level_copy
 
 
 def bound_scores(keys, query, chunk):
@@ -25,10 +24,9 @@ def bound_scores(keys, query, chunk):
 
 VARIANTS = [(v.split(":")[0], int(v.split(":")[1])) for v in os.environ.get(
     "VARIANTS", "static:8;per step, mean keys:8;per step, mean keys:32;per step, mass:8").split(";")]
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
+S, NEW, engine, run, models = from_argv()
+model = models["int4"]
 budgets = [int(b) for b in sys.argv[4].split(",")]
-engine, run = engine_at(S, NEW)
-model = lower_level_copy(engine.model, "int4")
 L = engine.cfg.num_layers
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):

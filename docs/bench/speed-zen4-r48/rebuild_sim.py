@@ -6,15 +6,13 @@ would see; s = 0: the prompt's last query, the static selection), or by the atte
 previous SEG tokens' queries. python rebuild_sim.py S NEW OFFSETS BUDGET SEG"""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import Chosen, engine_at, forced, level_on, mass_scores, prompts, record_queries
+from forcing import from_argv, Chosen, forced, level_on, mass_scores, prompts, record_queries
 import torch
 from triforce.runtime.cache_retrieval import chunk_scores
-from triforce.runtime.quant import lower_level_copy
 
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
+S, NEW, engine, run, models = from_argv()
+model = models["int4"]
 budget, SEG = int(sys.argv[4]), int(sys.argv[5])
-engine, run = engine_at(S, NEW)
-model = lower_level_copy(engine.model, "int4")
 L = engine.cfg.num_layers
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):

@@ -4,10 +4,9 @@ whole or without the layers named, and its 1-token pass. python skip.py S NEW OF
 (SKIP: layer indices joined by '+', or 'none')"""
 import copy, dataclasses, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import engine_at, forced, level_on, prompts
+from forcing import forced, from_argv, level_on, prompts
 import torch
 from triforce.runtime.cache_retrieval import RetrievalCache
-from triforce.runtime.quant import lower_level_copy
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
 
 
@@ -36,9 +35,8 @@ def without(base, drop: set):
     return m, keep
 
 
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
-engine, run = engine_at(S, NEW)
-base = lower_level_copy(engine.model, "int4")
+S, NEW, engine, run, models = from_argv()
+base = models["int4"]
 models = {sk: without(base, set() if sk == "none" else {int(x) for x in sk.split("+")}) for sk in sys.argv[4:]}
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):

@@ -4,10 +4,9 @@ M context tokens (the mean key and value of the block's dropped tokens, with a l
 attention. python summ.py S NEW OFFSETS VARIANTS...  VARIANT = weights,budget,M (M 0: no summaries)."""
 import math, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import by_stretch, engine_at, forced, level_on, prompts
+from forcing import by_stretch, forced, from_argv, level_on, prompts
 import torch
 from triforce.runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
-from triforce.runtime.quant import lower_level_copy
 
 
 class Summarized(RetrievalCache):
@@ -52,10 +51,8 @@ class Summarized(RetrievalCache):
         out = torch.softmax(s, -1) @ vals                   # [B, Hkv, G*T, D]
         return out.view(B, H, T, D).transpose(1, 2).to(q.dtype)
 
-S, NEW = int(sys.argv[1]), int(sys.argv[2])
 variants = [v.split(",") for v in sys.argv[4:]]
-engine, run = engine_at(S, NEW)
-models = {w: engine.model if w == "same" else lower_level_copy(engine.model, w) for w in {v[0] for v in variants}}
+S, NEW, engine, run, models = from_argv({v[0] for v in variants})
 with torch.inference_mode():
     for off, ids in prompts(engine, S, sys.argv[3]):
         request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)
