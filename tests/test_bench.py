@@ -193,6 +193,8 @@ def test_lower_suite_measures_a_middle_level_against_the_target(tiny_pair, tmp_p
         assert 0 <= r["greedy_agreement"] <= 1 and 0 <= r["expected_acceptance"] <= 1 + 1e-6
         assert 0 <= r["sure_share"] <= 1 and (r["sure_acceptance"] is None) == (r["sure_share"] == 0)
         assert (r["unsure_acceptance"] is None) == (r["sure_share"] == 1)
+        kept = r["greedy_agreement"] if r["temperature"] == 0 else r["expected_acceptance"]
+        assert r["acceptance_by_position"] == {"0-31": pytest.approx(kept, abs=1e-4)}   # 6 tokens: the first stretch only
         if r["weights"] == "same":
             assert r["greedy_agreement"] == 1 and r["expected_acceptance"] == pytest.approx(1, abs=1e-4)
             assert all(a is None or a == pytest.approx(1, abs=1e-4) for a in (r["sure_acceptance"], r["unsure_acceptance"]))

@@ -12,6 +12,10 @@ each read prompt + continuation in one pass. At every continuation position:
     sure                 the share of positions where the middle level's top probability reaches the
                          bar from which `--gamma auto` drafts past γ2 (speculate.Extension), and the
                          expected acceptance there and elsewhere
+    by position          the chance to keep a draft (greedy agreement, or expected acceptance at T > 0)
+                         over the continuation's first 32 tokens, the next 96 and the rest: a retrieval
+                         cache chosen once at the prompt's end misses most at the start (at 32K 0.62-0.75
+                         over the first 16 tokens, against ~0.9 later; docs/BENCHMARKS.md round 48)
 Rows are (context, T, weights); `--lower-weights` takes LAYERS or LAYERS:HEAD (e.g. int4:int8, an int8
 head; plain int4 has an int4 head whose best candidates get exact logits, runtime/quant.py RescoredHead).
 """
@@ -32,6 +36,16 @@ from triforce.runtime.modes import make_cache, mode_levels
 from triforce.runtime.quant import lower_level_copy, weight_bytes
 from triforce.runtime.sampling import SamplingParams, probs_from_logits
 from triforce.runtime.speculate import Level, top_probabilities
+
+
+POSITION_STRETCHES = ((0, 32), (32, 128), (128, None))   # continuation positions, for by_position
+
+
+def by_position(accept: torch.Tensor) -> dict:
+    """Each stretch of the continuation that has positions -> the mean of accept [n] there ("0-31", "32-127", "128-")."""
+    n = accept.shape[0]
+    return {f"{lo}-{'' if hi is None else hi - 1}": round(accept[lo:hi].mean().item(), 4)
+            for lo, hi in POSITION_STRETCHES if lo < n}
 
 
 def weights_spec(spec: str) -> tuple[str, str | None]:
@@ -108,7 +122,8 @@ def suite_lower(args: argparse.Namespace) -> dict:
                                  expected_acceptance=round(overlap.mean().item(), 4),
                                  sure_share=round(sure.float().mean().item(), 4),
                                  sure_acceptance=round(accept[sure].mean().item(), 4) if sure.any() else None,
-                                 unsure_acceptance=round(accept[~sure].mean().item(), 4) if (~sure).any() else None))
+                                 unsure_acceptance=round(accept[~sure].mean().item(), 4) if (~sure).any() else None,
+                                 acceptance_by_position=by_position(accept)))
                 print(table_lower(dict(rows=[rows[-1]])).splitlines()[-1], flush=True)
     return dict(suite="lower", budget=run.retrieval_budget, top_p=args.top_p, rows=rows)
 
@@ -116,10 +131,12 @@ def suite_lower(args: argparse.Namespace) -> dict:
 def table_lower(report: dict) -> str:
     body = [[str(r["context"]), str(r["temperature"]), r["weights"], str(r["budget"]), str(r["tokens"]),
              fmt(r["weight_bytes"] / 1e6, ".0f"), fmt(r["greedy_agreement"], ".3f"), fmt(r["expected_acceptance"], ".3f"),
-             fmt(r.get("sure_share"), ".2f"), fmt(r.get("sure_acceptance"), ".3f"), fmt(r.get("unsure_acceptance"), ".3f")]
+             fmt(r.get("sure_share"), ".2f"), fmt(r.get("sure_acceptance"), ".3f"), fmt(r.get("unsure_acceptance"), ".3f"),
+             " / ".join(f"{v:.3f}" for v in r.get("acceptance_by_position", {}).values()) or "-"]
             for r in report["rows"]]
     return markdown_table(["context", "T", "middle weights", "budget", "tokens", "weight MB", "greedy agreement",
-                           "expected acceptance", "sure share", "acceptance where sure", "where not"], body)
+                           "expected acceptance", "sure share", "acceptance where sure", "where not",
+                           "acceptance by position (0-31 / 32-127 / 128-)"], body)
 
 
 register("lower", table=table_lower,
