@@ -1,6 +1,6 @@
 import time, torch
 torch.set_num_threads(2)
-from triforce.runtime.cache_retrieval import chunk_scores, select_positions
+from triforce.runtime.cache_retrieval import chunk_scores
 B, Hkv, S, D, G, chunk = 1, 3, 32000, 64, 3, 8
 L = 30
 keys = [torch.randn(B, Hkv, S + 200, D).to(torch.bfloat16)[:, :, :S] for _ in range(L)]

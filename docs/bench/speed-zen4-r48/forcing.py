@@ -12,6 +12,7 @@ from triforce.runtime.cache_full import FullCache
 from triforce.runtime.cache_retrieval import RetrievalCache, chunk_scores, select_positions
 from triforce.runtime.engine import Engine
 from triforce.runtime.quant import lower_level_copy
+from triforce.runtime.sampling import SamplingParams, probs_from_logits
 from triforce.runtime.speculate import Level
 
 EDGES = [0, 16, 32, 64, 128, 256, 512]   # continuation positions, for agreement by stretch
@@ -52,6 +53,21 @@ def forced(engine: Engine, run, ids: list[int], NEW: int, T: float = 0.0, seed: 
     return request, target, seq, logits, len(seq) - len(ids), len(ids) - 1
 
 
+def sampled(engine: Engine, run, S: int, NEW: int, offsets: str):
+    """Each prompt's continuation at T = 0 and at 0.6 (top-p 0.9, seed 1): yields (offset, T, its sampling
+    params, forced()'s tuple)."""
+    for off, ids in prompts(engine, S, offsets):
+        for T in (0.0, 0.6):
+            yield off, T, SamplingParams(temperature=T, top_p=0.9), forced(engine, run, ids, NEW, T=T, seed=1)
+
+
+def kept(logits: torch.Tensor, target_logits: torch.Tensor, params) -> tuple[float, float]:
+    """A middle level's logits [n, V] against the target's: (greedy agreement, expected acceptance at params)."""
+    agree = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
+    overlap = torch.minimum(probs_from_logits(target_logits, params), probs_from_logits(logits, params)).sum(-1)
+    return agree, overlap.mean().item()
+
+
 def level_on(model, cache, request, seq: list[int], upto: int) -> Level:
     """A middle level of `model` on `cache`, which holds seq[:upto]."""
     level = Level("retrieval", model, cache, request.sampling, 512)
@@ -89,6 +105,16 @@ def record_queries(target: Level, seq: list[int]) -> tuple[dict, torch.Tensor]:
         cache.__class__ = kind
     cache.last_query.copy_(prompt_query)
     return {layer: torch.cat(qs, 2) for layer, qs in cache.seen.items()}, prompt_query
+
+
+def recorded(engine: Engine, run, S: int, NEW: int, offsets: str):
+    """Each prompt's greedy continuation with its queries recorded (record_queries; the target's cache then
+    holds prompt + continuation): yields (offset, request, target, seq, the target's tokens [n], n, ctx,
+    queries, the prompt's last query)."""
+    for off, ids in prompts(engine, S, offsets):
+        request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)
+        queries, prompt_query = record_queries(target, seq)
+        yield off, request, target, seq, logits.argmax(-1), n, ctx, queries, prompt_query
 
 
 class Chosen(RetrievalCache):

@@ -3,10 +3,9 @@ scale, max|x| / 127, then back), teacher-forced, greedy agreement and expected a
 python int8kv.py S NEW OFFSETS BUDGETS  (each budget in bf16 and in int8)"""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import from_argv, forced, level_on, prompts
+from forcing import from_argv, kept, level_on, sampled
 import torch
 from triforce.runtime.cache_retrieval import RetrievalCache
-from triforce.runtime.sampling import SamplingParams, probs_from_logits
 
 
 class Int8Rows(RetrievalCache):
@@ -22,16 +21,11 @@ S, NEW, engine, run, models = from_argv()
 model = models["int4"]
 budgets = [int(b) for b in sys.argv[4].split(",")]
 with torch.inference_mode():
-    for off, ids in prompts(engine, S, sys.argv[3]):
-        for T in (0.0, 0.6):
-            params = SamplingParams(temperature=T, top_p=0.9)
-            request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW, T=T, seed=1)
-            p_target = probs_from_logits(logits, params)
-            for budget in budgets:
-                for kind, cls in (("bf16", RetrievalCache), ("int8", Int8Rows)):
-                    c = cls(model.cfg, target.cache.rope, 1, budget, 8, n + 16, engine.device, model.dtype, recent=min(256, budget // 4))
-                    c.fill_from(target.cache, ctx)
-                    lg = level_on(model, c, request, seq, ctx).feed(seq[:-1], keep_last=n)
-                    agree = (lg.argmax(-1) == logits.argmax(-1)).float().mean().item()
-                    overlap = torch.minimum(p_target, probs_from_logits(lg, params)).sum(-1).mean().item()
-                    print(f"offset {off} T {T} budget {budget} {kind}: greedy agreement {agree:.3f}, expected acceptance {overlap:.3f}", flush=True)
+    for off, T, params, (request, target, seq, logits, n, ctx) in sampled(engine, run, S, NEW, sys.argv[3]):
+        for budget in budgets:
+            for kind, cls in (("bf16", RetrievalCache), ("int8", Int8Rows)):
+                c = cls(model.cfg, target.cache.rope, 1, budget, 8, n + 16, engine.device, model.dtype, recent=min(256, budget // 4))
+                c.fill_from(target.cache, ctx)
+                lg = level_on(model, c, request, seq, ctx).feed(seq[:-1], keep_last=n)
+                agree, overlap = kept(lg, logits, params)
+                print(f"offset {off} T {T} budget {budget} {kind}: greedy agreement {agree:.3f}, expected acceptance {overlap:.3f}", flush=True)

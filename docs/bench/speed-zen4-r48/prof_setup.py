@@ -1,4 +1,4 @@
-import os, sys, cProfile, pstats, dataclasses
+import os, sys, cProfile, pstats
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "speed-zen4-r45"))
 from common import triforce_request
 S = int(sys.argv[1])

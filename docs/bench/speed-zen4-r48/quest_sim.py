@@ -7,7 +7,7 @@ python quest_sim.py S NEW OFFSETS BUDGETS; VARIANTS='NAME:CHUNK;...' (environmen
 static, per step, mean keys / min/max bounds / mass (default: quest.log's four)."""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import from_argv, Chosen, forced, level_on, mass_scores, prompts, record_queries
+from forcing import from_argv, Chosen, level_on, mass_scores, recorded
 import torch
 from triforce.runtime.cache_retrieval import chunk_scores
 
@@ -29,10 +29,8 @@ model = models["int4"]
 budgets = [int(b) for b in sys.argv[4].split(",")]
 L = engine.cfg.num_layers
 with torch.inference_mode():
-    for off, ids in prompts(engine, S, sys.argv[3]):
-        request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)
-        queries, prompt_query = record_queries(target, seq)   # the cache holds prompt + continuation
-        cache, targ = target.cache, logits.argmax(-1)
+    for off, request, target, seq, targ, n, ctx, queries, prompt_query in recorded(engine, run, S, NEW, sys.argv[3]):
+        cache = target.cache   # holds prompt + continuation
         for budget in budgets:
             for name, chunk in VARIANTS:
                 hits = []

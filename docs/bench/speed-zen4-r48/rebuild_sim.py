@@ -6,7 +6,7 @@ would see; s = 0: the prompt's last query, the static selection), or by the atte
 previous SEG tokens' queries. python rebuild_sim.py S NEW OFFSETS BUDGET SEG"""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import from_argv, Chosen, forced, level_on, mass_scores, prompts, record_queries
+from forcing import from_argv, Chosen, level_on, mass_scores, recorded
 import torch
 from triforce.runtime.cache_retrieval import chunk_scores
 
@@ -15,10 +15,8 @@ model = models["int4"]
 budget, SEG = int(sys.argv[4]), int(sys.argv[5])
 L = engine.cfg.num_layers
 with torch.inference_mode():
-    for off, ids in prompts(engine, S, sys.argv[3]):
-        request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW)
-        queries, prompt_query = record_queries(target, seq)   # the cache holds prompt + continuation
-        cache, targ = target.cache, logits.argmax(-1)
+    for off, request, target, seq, targ, n, ctx, queries, prompt_query in recorded(engine, run, S, NEW, sys.argv[3]):
+        cache = target.cache   # holds prompt + continuation
         res = {k: [] for k in ("static", "rebuild, last query", "rebuild, mass of last SEG")}
         for s in range(0, n, SEG):
             m = ctx + s

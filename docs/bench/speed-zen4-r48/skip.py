@@ -4,10 +4,9 @@ whole or without the layers named, and its 1-token pass. python skip.py S NEW OF
 (SKIP: layer indices joined by '+', or 'none')"""
 import copy, dataclasses, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from forcing import forced, from_argv, level_on, prompts
+from forcing import from_argv, kept, level_on, sampled
 import torch
 from triforce.runtime.cache_retrieval import RetrievalCache
-from triforce.runtime.sampling import SamplingParams, probs_from_logits
 
 
 class Mapped(RetrievalCache):
@@ -39,23 +38,18 @@ S, NEW, engine, run, models = from_argv()
 base = models["int4"]
 models = {sk: without(base, set() if sk == "none" else {int(x) for x in sk.split("+")}) for sk in sys.argv[4:]}
 with torch.inference_mode():
-    for off, ids in prompts(engine, S, sys.argv[3]):
-        for T in (0.0, 0.6):
-            params = SamplingParams(temperature=T, top_p=0.9)
-            request, target, seq, logits, n, ctx = forced(engine, run, ids, NEW, T=T, seed=1)
-            p_target = probs_from_logits(logits, params)
-            budget = run.budget_for(len(ids))
-            for sk, (m, keep) in models.items():
-                c = Mapped(m.cfg, target.cache.rope, 1, budget, 8, n + 16, engine.device, m.dtype, recent=min(256, budget // 4))
-                c.keep = keep
-                c.fill_from(target.cache, ctx)
-                mid = level_on(m, c, request, seq, ctx)
-                lg = mid.feed(seq[:-1], keep_last=n)
-                t = time.perf_counter()
-                for _ in range(5):   # the last token again, rolled back: a 1-token pass
-                    mid.feed(seq, keep_last=1); mid.cache.crop(len(seq) - 1); mid.cached = list(seq[:-1])
-                ms = (time.perf_counter() - t) / 5 * 1e3
-                agree = (lg.argmax(-1) == logits.argmax(-1)).float().mean().item()
-                overlap = torch.minimum(p_target, probs_from_logits(lg, params)).sum(-1).mean().item()
-                print(f"offset {off} T {T} skip {sk:14s} ({len(keep)} layers): greedy agreement {agree:.3f}, "
-                      f"expected acceptance {overlap:.3f}, 1-token pass {ms:.2f} ms", flush=True)
+    for off, T, params, (request, target, seq, logits, n, ctx) in sampled(engine, run, S, NEW, sys.argv[3]):
+        budget = run.budget_for(S)
+        for sk, (m, keep) in models.items():
+            c = Mapped(m.cfg, target.cache.rope, 1, budget, 8, n + 16, engine.device, m.dtype, recent=min(256, budget // 4))
+            c.keep = keep
+            c.fill_from(target.cache, ctx)
+            mid = level_on(m, c, request, seq, ctx)
+            lg = mid.feed(seq[:-1], keep_last=n)
+            t = time.perf_counter()
+            for _ in range(5):   # the last token again, rolled back: a 1-token pass
+                mid.feed(seq, keep_last=1); mid.cache.crop(len(seq) - 1); mid.cached = list(seq[:-1])
+            ms = (time.perf_counter() - t) / 5 * 1e3
+            agree, overlap = kept(lg, logits, params)
+            print(f"offset {off} T {T} skip {sk:14s} ({len(keep)} layers): greedy agreement {agree:.3f}, "
+                  f"expected acceptance {overlap:.3f}, 1-token pass {ms:.2f} ms", flush=True)
