@@ -2,6 +2,7 @@
 the first S tokens of the essays, bf16, 2 threads, --gamma auto (32K: yarn:4), on an engine that keeps its
 prefill. Returns (the bench arguments, the engine, the request, the prompt's ids)."""
 import argparse
+import os
 import dataclasses
 
 import triforce.runtime   # first: its allocator settings (huge pages) apply before torch allocates
@@ -15,7 +16,7 @@ def triforce_request(S: int, T: float, NEW: int):
     p = argparse.ArgumentParser(); sub = p.add_subparsers(dest="command"); add_bench_parser(sub)
     args = p.parse_args(["bench", "--suite", "modes", "--contexts", str(S), "--dtypes", "bf16", "--threads", "2",
                          "--corpus", "essays", "--new-tokens", str(NEW), "--gamma", "auto"]
-                        + (["--rope-scaling", "yarn:4"] if S > 8000 else []))
+                        + (["--rope-scaling", os.environ.get("ROPE", "yarn:4")] if S > 8000 else []))
     torch.set_num_threads(2)
     run = dataclasses.replace(base_run(args, mode="triforce", temperature=T), max_new_tokens=NEW)
     engine = Engine(run, keep_prefill=True)
