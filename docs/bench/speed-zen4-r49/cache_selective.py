@@ -85,15 +85,8 @@ class SelectiveCache:
         index = pos[..., None].expand(-1, -1, -1, keys.shape[-1])
         return keys.gather(2, index), values.gather(2, index)
 
-    def end(self) -> None:
-        self.length += self._new
-        self._new = 0
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def commit(self, length: int) -> None:
-        pass
+    # as the full cache's: the fill mark moves, nothing is evicted
+    end, get_seq_length, commit = FullCache.end, FullCache.get_seq_length, FullCache.commit
 
     def crop(self, length: int) -> None:
         if not self.context <= length <= self.length:
