@@ -265,10 +265,15 @@ def non_decreasing(points) -> tuple[tuple[int, float], ...]:
 
 def corrected(probed: PassCost, recent) -> PassCost:
     """The probed costs at the level the run's own passes show: scaled by the median ratio of a
-    pass's seconds to the probe's figure for its length, over the `recent` (T, seconds) passes.
-    One ratio for every T keeps the probe's shape (the step at T = 6) and lets no single length,
-    rarely run and once slow, lock itself out of the choice. Unchanged below SEEN_PASSES passes."""
-    ratios = [s / probed(T) for T, s in recent if probed(T) > 0]
+    pass's seconds to the probe's figure for its length, over the `recent` (T, seconds) passes of a
+    length the probe spans. One ratio for every T keeps the probe's shape (the step at T = 6) and
+    lets no single length, rarely run and once slow, lock itself out of the choice. Beyond the
+    probed lengths the figure is an extrapolation: the drafter's probe times T = 1 alone, and its
+    catch-up passes (the tokens the levels above committed, several at a time), priced as T = 1,
+    scaled its cost 3-5x (0.3 → 1.0-1.4 ms a pass at 7K and 32K, round 49). Unchanged below
+    SEEN_PASSES passes."""
+    lo, hi = probed.points[0][0], probed.points[-1][0]
+    ratios = [s / probed(T) for T, s in recent if lo <= T <= hi and probed(T) > 0]
     if len(ratios) < SEEN_PASSES:
         return probed
     scale = statistics.median(ratios)

@@ -202,6 +202,19 @@ def test_corrected_costs_keep_the_probes_shape_at_the_runs_level():
     assert corrected(probed, recent[:SEEN_PASSES - 1]) is probed      # too few passes: the probe stands
 
 
+def test_corrected_costs_count_only_passes_of_a_probed_length():
+    """The drafter's probe times T = 1 alone; its catch-up passes (several committed tokens at a time) cost
+    more than a 1-token pass and must not scale that figure (round 49: 0.3 -> 1.0-1.4 ms at 7K and 32K).
+    Only passes whose length the probe spans count; with too few of them the probe stands."""
+    probed = PassCost(((1, 0.0003),))
+    catch_up = [(9, 0.0012)] * SEEN_PASSES
+    assert corrected(probed, catch_up) is probed
+    cost = corrected(probed, catch_up + [(1, 0.0006)] * SEEN_PASSES)
+    assert cost(1) == pytest.approx(0.0006)
+    middle = PassCost(((1, 0.0048), (5, 0.0080)))     # a pass of 12 is beyond its probe: not counted
+    assert corrected(middle, [(2, 0.0050)] * SEEN_PASSES + [(12, 0.1)] * (SEEN_PASSES + 1))(1) == pytest.approx(0.0048 * 0.0050 / middle(2))
+
+
 def test_a_slow_probe_pass_is_lowered_to_the_longer_passes_time():
     """Two of round 17's 32K probes (ms): one slow pass at T = 8, one at T = 1. Each is lowered to
     the least time of a longer pass; a curve without such a pass is left as it is."""
