@@ -270,7 +270,7 @@ def corrected(probed: PassCost, recent) -> PassCost:
     lets no single length, rarely run and once slow, lock itself out of the choice. Beyond the
     probed lengths the figure is an extrapolation: the drafter's probe times T = 1 alone, and its
     catch-up passes (the tokens the levels above committed, several at a time), priced as T = 1,
-    scaled its cost 3-5x (0.3 → 1.0-1.4 ms a pass at 7K and 32K, round 49). Unchanged below
+    scaled its cost 3-5x (0.3 → 0.9-1.4 ms a pass at 7K and 32K, round 49). Unchanged below
     SEEN_PASSES passes."""
     lo, hi = probed.points[0][0], probed.points[-1][0]
     ratios = [s / probed(T) for T, s in recent if lo <= T <= hi and probed(T) > 0]

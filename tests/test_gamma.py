@@ -204,7 +204,7 @@ def test_corrected_costs_keep_the_probes_shape_at_the_runs_level():
 
 def test_corrected_costs_count_only_passes_of_a_probed_length():
     """The drafter's probe times T = 1 alone; its catch-up passes (several committed tokens at a time) cost
-    more than a 1-token pass and must not scale that figure (round 49: 0.3 -> 1.0-1.4 ms at 7K and 32K).
+    more than a 1-token pass and must not scale that figure (round 49: 0.3 -> 0.9-1.4 ms at 7K and 32K).
     Only passes whose length the probe spans count; with too few of them the probe stands."""
     probed = PassCost(((1, 0.0003),))
     catch_up = [(9, 0.0012)] * SEEN_PASSES
