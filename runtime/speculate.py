@@ -18,6 +18,7 @@ when a draft stops depends only on the drafts, so that too is lossless.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import deque
 from dataclasses import asdict, dataclass
 
@@ -65,6 +66,44 @@ class PassTimes:
         self.recent.append((T, seconds))
 
 
+class Seq:
+    """A token sequence, read-only: the first n tokens of the committed list (SpecDecoder.seq), then a
+    few more (a round's drafts). `seq + tokens` shares the list, so the sequences a round builds cost
+    their drafts, not the prompt: at 32K each list copy took ~0.1 ms with its ints cold in the cache,
+    and a round made ten of them, 2-3% of a request (docs/BENCHMARKS.md, round 50). The committed
+    list only grows, so a view of its first n tokens never changes. Slices are lists."""
+    __slots__ = ("base", "n", "tail")
+
+    def __init__(self, base: list[int], n: int | None = None, tail: tuple[int, ...] = ()):
+        self.base, self.n, self.tail = base, len(base) if n is None else n, tail
+
+    def __len__(self) -> int:
+        return self.n + len(self.tail)
+
+    def __add__(self, more) -> "Seq":
+        return Seq(self.base, self.n, self.tail + tuple(more))
+
+    def __iter__(self):
+        return itertools.chain(itertools.islice(self.base, self.n), self.tail)
+
+    def __eq__(self, other) -> bool:
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return list(self)[i]
+            head = self.base[start:min(stop, self.n)] if start < self.n else []
+            return head + list(self.tail[max(start - self.n, 0):max(stop - self.n, 0)])
+        j = i + len(self) if i < 0 else i
+        if not 0 <= j < len(self):
+            raise IndexError(f"token {i} of a sequence of {len(self)}")
+        return self.base[j] if j < self.n else self.tail[j - self.n]
+
+
 class Level:
     """One model reading one cache. Asked for the distributions at the last k positions of a
     sequence, it rolls its cache back to the longest prefix it shares with that sequence and
@@ -75,7 +114,7 @@ class Level:
         self.name, self.model, self.cache, self.params, self.max_pass = name, model, cache, params, max_pass
         self.forward = model         # model(tokens, cache, last_only): the model's, or runtime/graphs.py's replays
         self.role = role             # whose weights it runs: target | drafter (runtime/modes.py LevelSpec.model)
-        self.cached: list[int] = []  # the tokens whose K/V the cache holds (logically)
+        self.cached: list[int] | Seq = []  # the tokens whose K/V the cache holds (logically)
         self.safe = 0                # cached[:safe] is a prefix of the committed sequence
         self.stats = LevelStats()
         self.times = PassTimes()     # recent passes' seconds by T (the --gamma auto tuner reads them)
@@ -85,7 +124,7 @@ class Level:
         self.weight_bytes = weight_bytes(model)             # bytes of weights one pass reads
         self.last = None             # (logits [k, V], probs [k, V]) of the last probs() call (confidences)
 
-    def feed(self, seq: list[int], keep_last: int = 0) -> torch.Tensor | None:
+    def feed(self, seq: "list[int] | Seq", keep_last: int = 0) -> torch.Tensor | None:
         """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
         keep = min(self._shared_prefix(seq), len(seq) - keep_last)
         if keep < len(self.cached):
@@ -107,7 +146,7 @@ class Level:
         self.stats.fed_tokens += len(todo)
         self.stats.seconds += spent
         self.stats.moved_bytes += self.traffic.total - moved if self.traffic else 0
-        self.cached = list(seq)
+        self.cached = seq if isinstance(seq, Seq) else list(seq)   # a Seq never changes: kept, not copied
         return logits
 
     def reset_stats(self) -> None:
@@ -117,7 +156,7 @@ class Level:
         if hasattr(self.cache, "forced_evictions"):   # a StreamingLLM cache: the prefill's passes overflow
             self.cache.forced_evictions = 0          # its scratch by design (they are committed right after)
 
-    def probs(self, seq: list[int], k: int) -> torch.Tensor:
+    def probs(self, seq: "list[int] | Seq", k: int) -> torch.Tensor:
         """Distributions of the next token after each of the last k positions of seq: [k, V]."""
         logits = self.feed(seq, keep_last=k)
         probs = probs_from_logits(logits, self.params)
@@ -136,7 +175,7 @@ class Level:
         self.safe = self._shared_prefix(committed)
         self.cache.commit(self.safe)
 
-    def _shared_prefix(self, seq: list[int]) -> int:
+    def _shared_prefix(self, seq: "list[int] | Seq") -> int:
         return shared_prefix(self.cached, seq, self.safe)
 
 
@@ -156,12 +195,14 @@ def shared_prefix(a, b, start: int = 0) -> int:
     """How many first tokens the sequences a and b share, given that their first `start` agree."""
     n = min(len(a), len(b))
     i = min(start, n)
+    if isinstance(a, Seq) and isinstance(b, Seq) and a.base is b.base:
+        i = max(i, min(a.n, b.n))   # both are prefixes of one committed list that far
     while i < n and a[i] == b[i]:
         i += 1
     return i
 
 
-def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
+def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", k: int,
                  generator: torch.Generator, lookup: ContextLookup | None = None,
                  room: int = 0, extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
     """One round of stack[-1]: the levels below propose k tokens, stack[-1] verifies them; or,
@@ -205,7 +246,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: list[int], k: int,
     return drafted[:num] + [int(nxt[0])], p[:num + 1]
 
 
-def draft(stack: list[Level], gammas: list[int], seq: list[int], n: int,
+def draft(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", n: int,
           generator: torch.Generator, lookup: ContextLookup | None = None,
           extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
     """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V];
@@ -270,11 +311,12 @@ class SpecDecoder:
         # this round's extension, if any (never past the tokens left: the caches are sized for them)
         extend = dataclasses.replace(self.extend, cap=min(self.extend.cap, budget - 1), seen=[]) \
             if self.extend is not None and k else None
-        new, _ = verify_round(self.stack, self.gammas, self.seq, k, self.generator, self.lookup,
+        new, _ = verify_round(self.stack, self.gammas, Seq(self.seq), k, self.generator, self.lookup,
                               min(budget - 1, self.copy_cap), extend)
-        self.seq += new
+        self.seq += new   # in place: the Seqs of earlier rounds view its first tokens, which never change
+        committed = Seq(self.seq)
         for level in self.stack:
-            level.commit(self.seq)
+            level.commit(committed)
         if self.on_round:
             self.on_round(self)
         return new

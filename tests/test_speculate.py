@@ -162,3 +162,22 @@ def test_greedy_stack_is_the_target_argmax(gammas, extend):
 def test_residual_sanity_for_the_tables():
     # the middle level's rejections matter: q1 and q2 differ enough that the residual is not q2
     assert total_variation(residual(Q2[0], Q1[0]), Q2[0]) > 0.1
+
+
+def test_seq_reads_as_the_list_it_stands_for_and_never_changes():
+    """speculate.Seq (the committed list's first n tokens plus drafts, no copy) reads as the list it
+    stands for, stays so while the committed list grows, and shares its prefix without a scan."""
+    committed = [5, 1, 4, 1, 5, 9, 2]
+    seq = speculate.Seq(committed) + [6, 5]
+    plain = committed + [6, 5]
+    committed += [3, 5, 8]                                   # a later round commits more
+    assert len(seq) == len(plain) and list(seq) == plain and seq == plain
+    assert [seq[i] for i in range(-len(plain), len(plain))] == [plain[i] for i in range(-len(plain), len(plain))]
+    for a in range(-10, 11):
+        for b in (None, -1, 0, 3, 7, 8, 9, 12):
+            assert seq[a:b] == plain[a:b], (a, b)
+    with pytest.raises(IndexError):
+        seq[len(plain)]
+    later = speculate.Seq(committed) + [7]
+    assert speculate.shared_prefix(seq, later) == speculate.shared_prefix(plain, committed + [7]) == 7
+    assert speculate.shared_prefix(seq, later, 8) == 9        # `start` is trusted, and the scan goes on from it
