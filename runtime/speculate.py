@@ -70,8 +70,9 @@ class Seq:
     """A token sequence, read-only: the first n tokens of the committed list (SpecDecoder.seq), then a
     few more (a round's drafts). `seq + tokens` shares the list, so the sequences a round builds cost
     their drafts, not the prompt: at 32K each list copy took ~0.1 ms with its ints cold in the cache,
-    and a round made ten of them, 2-3% of a request (docs/BENCHMARKS.md, round 50). The committed
-    list only grows, so a view of its first n tokens never changes. Slices are lists."""
+    a round made about ten, and views made greedy requests 1.8% faster (docs/BENCHMARKS.md, round 50).
+    `base` must only grow (SpecDecoder.seq does), so a view of its first n tokens never changes. Slices
+    are lists."""
     __slots__ = ("base", "n", "tail")
 
     def __init__(self, base: list[int], n: int | None = None, tail: tuple[int, ...] = ()):
@@ -87,6 +88,8 @@ class Seq:
         return itertools.chain(itertools.islice(self.base, self.n), self.tail)
 
     def __eq__(self, other) -> bool:
+        if not isinstance(other, (Seq, list, tuple)):
+            return NotImplemented
         return len(self) == len(other) and all(a == b for a, b in zip(self, other))
 
     __hash__ = None
