@@ -53,6 +53,26 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     return probs_from_logits_reference(logits, params)
 
 
+def top_probability(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's largest probability under softmax(logits): how sure a greedy level is of its
+    argmax (speculate.top_probabilities). On a CPU one native read of the row, nothing [N, V] written.
+
+    # logits  [..., V] any float dtype
+    # returns [...] float32
+    """
+    logits = logits.float()
+    flat = logits.reshape(-1, logits.shape[-1])                          # [N, V]
+    kernel = _native_sampling(flat)
+    if kernel is not None:
+        return kernel.top_probability_rows(flat).reshape(logits.shape[:-1])
+    return top_probability_reference(logits)
+
+
+def top_probability_reference(logits: torch.Tensor) -> torch.Tensor:
+    """top_probability in torch ops (any device). logits [..., V] float32 -> [...]"""
+    return torch.softmax(logits, dim=-1).amax(dim=-1)
+
+
 def _native_probs(logits: torch.Tensor, params: SamplingParams):
     """The native kernel where it serves this call (CPU, top_k off, a vocabulary axis), else None."""
     if params.top_k or logits.dim() == 0:

@@ -258,6 +258,29 @@ def test_native_probs_equal_the_torch_definition(V):
     assert int(kernel.probs_rows(nan, 0.0, 1.0).argmax()) == int(nan.argmax()) == V // 2
 
 
+@pytest.mark.parametrize("V", [10, 700, 49152])
+def test_native_top_probability_equals_the_softmax_maximum(V):
+    """csrc/sampling_cpu.cpp's top_probability_rows (a greedy level's confidence, one read of the row)
+    equals its torch twin, the softmax's largest entry, for spread and peaked rows, ties, -inf
+    logits (a pruned head) and a row whose only finite logit is certain."""
+    from triforce.runtime import native, sampling
+    kernel = native.sampling_cpu()
+    if kernel is None:
+        pytest.skip("native sampling kernel not built")
+    g = torch.Generator().manual_seed(V)
+    for trial in range(8):
+        x = torch.randn(4, V, generator=g) * (0.3 + 4 * trial)
+        if trial % 3 == 0:
+            x = torch.round(x * 2) / 2
+        if trial % 4 == 1:
+            x[:, ::3] = float("-inf")
+        assert_close(kernel.top_probability_rows(x), sampling.top_probability_reference(x))
+    one = torch.full((1, V), float("-inf"))
+    one[0, V - 1] = 3.0
+    assert_close(sampling.top_probability(one), torch.ones(1))
+    assert sampling.top_probability(torch.zeros(2, 5, V)).shape == (2, 5)
+
+
 def test_native_inverse_cdf_draws_the_torch_paths_tokens(monkeypatch):
     """sample() and sample_excess() give the same token natively as through torch's cumsum and
     searchsorted, for the same generator state: same fp32 weights, same sequential fp64 sums."""

@@ -75,7 +75,7 @@ float max_row(const float* x, int64_t V) {
   return m;
 }
 
-// e[i] = exp((x[i] - m) / t), returns sum(e) in fp64.
+// e[i] = exp((x[i] - m) / t) (stored unless e is null), returns sum(e) in fp64.
 double exp_row(const float* x, float* e, int64_t V, float m, double t) {
   const float c = (float)(LOG2E / t);
   double sum = 0.0;
@@ -87,7 +87,7 @@ double exp_row(const float* x, float* e, int64_t V, float m, double t) {
     const __m512 v = _mm512_loadu_ps(x + i);   // -inf (a pruned head's tokens): exactly 0
     __m512 y = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ),
                                    exp2_ps(_mm512_mul_ps(_mm512_sub_ps(v, mv), cv)));
-    _mm512_storeu_ps(e + i, y);
+    if (e) _mm512_storeu_ps(e + i, y);
     acc = _mm512_add_ps(acc, y);
     if ((i & 4095) == 4080) {  // every 4,096 entries: into fp64 before fp32 loses the small ones
       sum += _mm512_reduce_add_ps(acc);
@@ -97,8 +97,9 @@ double exp_row(const float* x, float* e, int64_t V, float m, double t) {
   sum += _mm512_reduce_add_ps(acc);
 #endif
   for (; i < V; ++i) {
-    e[i] = x[i] == -INFINITY ? 0.f : std::exp2((x[i] - m) * c);
-    sum += e[i];
+    const float y = x[i] == -INFINITY ? 0.f : std::exp2((x[i] - m) * c);
+    if (e) e[i] = y;
+    sum += y;
   }
   return sum;
 }
@@ -255,6 +256,24 @@ at::Tensor probs_rows(at::Tensor logits, double temperature, double top_p) {
   return out;
 }
 
+// logits [N, V] fp32 -> [N] fp32: each row's largest probability under softmax(logits), 1 / sum(exp(x - max))
+// (runtime.sampling.top_probability; its torch twin is softmax(...).amax(-1)). One read of the row and
+// no [N, V] written: a greedy level's confidence in its drafts (speculate.Extension), which a
+// softmax written out and read back cost ~0.1 ms a row in the decode loop (docs/BENCHMARKS.md, round 50).
+at::Tensor top_probability_rows(at::Tensor logits) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
+              "top_probability_rows: logits [N, V > 0] fp32 expected, got ", logits.sizes(), " ", logits.scalar_type());
+  logits = logits.contiguous();
+  const int64_t N = logits.size(0), V = logits.size(1);
+  auto out = at::empty({N}, logits.options());
+  const float* x = logits.data_ptr<float>();
+  float* top = out.data_ptr<float>();
+  at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) top[n] = (float)(1.0 / exp_row(x + n * V, nullptr, V, max_row(x + n * V, V), 1.0));
+  });
+  return out;
+}
+
 // Sum in fp64 of the weights w[i] of [lo, hi): w = max(0, p - q) when q is given, else p.
 inline double weight_sum(const float* p, const float* q, int64_t lo, int64_t hi) {
   double sum = 0.0;
@@ -372,5 +391,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("accept_rows", &accept_rows, "runtime.accept.accept for fp32 CPU rows, given its uniforms: (accepted count, "
         "next token)", py::arg("draft_tokens"), py::arg("draft_probs"), py::arg("target_probs"), py::arg("u"),
         py::arg("u_next"));
+  m.def("top_probability_rows", &top_probability_rows, "logits [N, V] fp32 -> [N]: each row's largest softmax "
+        "probability", py::arg("logits"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the AVX-512 paths were compiled in");
 }
