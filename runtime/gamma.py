@@ -136,9 +136,13 @@ def seconds_per_token(costs: list[PassCost], alphas: list[float], gammas: tuple[
     γ tokens through the levels below (draft_seconds) and verifies them in one pass of γ + 1.
     memo: draft_seconds' results, shared by calls with the same costs and alphas (choose)."""
     top, g = len(costs) - 1, gammas[-1]
-    if g == 0:
-        return costs[top](1)
-    return (draft_seconds(costs, alphas, gammas, top - 1, g, memo) + costs[top](g + 1)) / expected_tokens(alphas[-1], g)
+    return round_seconds(costs[top], alphas[-1], g, draft_seconds(costs, alphas, gammas, top - 1, g, memo) if g else 0.0)
+
+
+def round_seconds(cost: PassCost, alpha: float, g: int, drafting: float) -> float:
+    """Seconds per committed token of a top level whose rounds spend `drafting` seconds on g drafts and verify
+    them in one pass of g + 1 (g = 0: it samples by itself)."""
+    return cost(1) if g == 0 else (drafting + cost(g + 1)) / expected_tokens(alpha, g)
 
 
 def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...], level: int, n: int,
@@ -153,10 +157,13 @@ def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int,
     if expected is None:
         expected = [0.0]                # expected[m]: seconds to produce the last m tokens
     gamma, alpha = gammas[level - 1], alphas[level - 1]
+    rounds = {}                         # k -> (a round's seconds, P(a accepted) for a = 0..k): past m = γ + 1, k stays γ
     for m in range(len(expected), n + 1):   # each m needs only smaller ones: extend what is known
         k = min(gamma, m - 1)
-        round_s = (draft_seconds(costs, alphas, gammas, level - 1, k, memo) if k else 0.0) + costs[level](k + 1)
-        emitted = [alpha ** a * (1 - alpha) for a in range(k)] + [alpha ** k]   # P(a accepted), a = 0..k
+        if k not in rounds:
+            rounds[k] = ((draft_seconds(costs, alphas, gammas, level - 1, k, memo) if k else 0.0) + costs[level](k + 1),
+                         [alpha ** a * (1 - alpha) for a in range(k)] + [alpha ** k])
+        round_s, emitted = rounds[k]
         expected.append(round_s + sum(p * expected[m - a - 1] for a, p in enumerate(emitted)))
     if memo is not None:
         memo[key] = expected
@@ -191,9 +198,20 @@ def free_draft_seconds(cost: PassCost, alpha: float, most: int) -> tuple[float, 
 
 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
-    """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token."""
+    """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token (the first of a
+    tie, in itertools.product's order), as seconds_per_token prices each. Per choice of the γs below the top
+    verifier's, the drafting seconds of every top γ are one table (draft_seconds' memo), read instead of
+    recomputed: the tuner chooses in most rounds, and a call per pair of γs took ~0.2 ms (round 50)."""
     memo, costs = {}, [functools.cache(c) for c in costs]   # each pass cost is interpolated once per T
-    return min(((g, seconds_per_token(costs, alphas, g, memo)) for g in itertools.product(*allowed)), key=lambda c: c[1])
+    top, most, best = len(costs) - 1, max(allowed[-1]), None
+    for lower in itertools.product(*allowed[:-1]):
+        draft_seconds(costs, alphas, lower + (most,), top - 1, most, memo)   # fills the table (level >= 1)
+        table = memo[(top - 1, lower)] if top > 1 else [n * costs[0](1) for n in range(most + 1)]   # [most + 1]
+        for g in allowed[-1]:
+            seconds = round_seconds(costs[top], alphas[-1], g, table[g])
+            if best is None or seconds < best[1]:
+                best = (lower + (g,), seconds)
+    return best
 
 
 def probe_lengths(largest: int, new_tokens: int) -> list[int]:

@@ -1,9 +1,9 @@
 """--gamma auto: the choice is the cost model's optimum (pure functions), and on the real model
 every mode it tunes still emits exactly `ar`'s greedy tokens while its choice lands in stats."""
-import pytest
-
+import itertools
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from triforce.runtime import gamma
@@ -44,6 +44,22 @@ def test_choose_speculates_deeply_when_verification_is_free_and_not_at_all_when_
     dear = PassCost(((1, 0.010), (13, 0.130)))        # a CPU-like verifier: cost grows with T
     gammas, best = choose([PassCost(((1, 0.009),)), dear], [0.3], [range(0, 13)])
     assert gammas == (0,) and best == dear(1)
+
+
+def test_choose_is_the_best_pair_seconds_per_token_prices():
+    """choose (one drafting table per lower γ) picks what a search over every γ pair priced by
+    seconds_per_token picks, with the same seconds, for two- and three-level stacks."""
+    g = torch.Generator().manual_seed(5)
+    for trial in range(40):
+        r = torch.rand(8, generator=g).tolist()
+        drafter = PassCost(((1, 1e-4 + 1e-3 * r[0]),))
+        middle = PassCost(((1, 2e-3 + 5e-3 * r[1]), (5, 8e-3 + 1e-2 * r[2])))
+        target = PassCost(((1, 0.02 + 0.01 * r[3]), (13, 0.05 + 0.1 * r[4])))
+        for costs, alphas, allowed in (([drafter, middle, target], [r[5], r[6]], [range(0, 5), range(0, 13)]),
+                                       ([middle, target], [r[7]], [range(0, 13)])):
+            every = min(((gs, seconds_per_token(costs, alphas, gs)) for gs in itertools.product(*allowed)),
+                        key=lambda c: c[1])
+            assert choose(costs, alphas, allowed) == every, trial
 
 
 def level(drafted=0, accepted=0):
