@@ -2,9 +2,11 @@
 per k) against a seconds_per_token call per γ pair (before), and `ar`, interleaved in one process on one kept
 prefill: python tuner_ab.py S T NEW ROUNDS. Prints each request's ms/token, its time outside the passes and in
 the tuner's hook, then medians."""
-import os, sys, dataclasses, statistics, time, functools, itertools
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "speed-zen4-r45"))
+import os, sys, functools, itertools
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [here, os.path.join(here, "..", "speed-zen4-r45")]
 from common import triforce_request
+from interleave import interleave, timer
 from triforce.runtime import gamma
 
 S, T, NEW, R = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -35,39 +37,7 @@ def old_choose(costs, alphas, allowed):
 
 
 new = (gamma.choose, gamma.draft_seconds)
-spent = [0.0]
-hook = gamma.GammaTuner.__call__
-
-
-@functools.wraps(hook)
-def timed_hook(self, decoder):
-    t = time.perf_counter()
-    try:
-        return hook(self, decoder)
-    finally:
-        spent[0] += time.perf_counter() - t
-
-
-gamma.GammaTuner.__call__ = timed_hook
-variants = {"ar": (dict(mode="ar"), new), "before": (dict(), (old_choose, old_draft_seconds)), "tables": (dict(), new)}
-res, out, tun = ({v: [] for v in variants} for _ in range(3))
-for v, (kw, fns) in variants.items():
-    gamma.choose, gamma.draft_seconds = fns
-    eng.generate(ids, dataclasses.replace(run, **kw))   # warm-up
-for r in range(R):
-    for v, (kw, fns) in variants.items():
-        gamma.choose, gamma.draft_seconds = fns
-        spent[0] = 0.0
-        result = eng.generate(ids, dataclasses.replace(run, seed=r, **kw))
-        st = result.stats
-        res[v].append(st["ms_per_token"])
-        out[v].append(1000 * (st["decode_s"] - sum(x["seconds"] for x in st["levels"].values())) / st["new_tokens"])
-        tun[v].append(1000 * spent[0])
-        print(f"  {r} {v:6s} {st['ms_per_token']:.2f} ms/token, outside the passes {out[v][-1]:.3f} ms/token, "
-              f"tuner {tun[v][-1]:.1f} ms, gammas {st.get('gamma', {}).get('rounds_per_choice')}, "
-              f"tokens {hash(tuple(result.token_ids)) % 10000}", flush=True)
-ar = statistics.median(res["ar"])
-for v in variants:
-    m = statistics.median(res[v])
-    print(f"{v:6s} median {m:.2f} ms/token ({ar / m:.2f}x ar), outside the passes {statistics.median(out[v]):.3f} "
-          f"ms/token, tuner {statistics.median(tun[v]):.1f} ms a request")
+spent = timer(gamma.GammaTuner, "__call__")
+use = lambda fns: (lambda: (setattr(gamma, "choose", fns[0]), setattr(gamma, "draft_seconds", fns[1])))
+interleave(eng, run, ids, R, {"ar": (dict(mode="ar"), use(new)), "before": ({}, use((old_choose, old_draft_seconds))),
+                              "tables": ({}, use(new))}, spent, "tuner")
