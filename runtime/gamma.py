@@ -150,8 +150,14 @@ def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int,
     """Expected seconds for levels [0, level] to produce n tokens as speculate.draft does: rounds of
     k = min(γ, tokens left - 1) proposals, each emitting 1..k+1 tokens (a accepted drafts with
     probability α^a (1 - α), all k with α^k, plus the recovered or bonus token)."""
+    return n * costs[0](1) if level == 0 else draft_table(costs, alphas, gammas, level, n, memo)[n]
+
+
+def draft_table(costs: list[PassCost], alphas: list[float], gammas: tuple[int, ...], level: int, n: int,
+                memo: dict | None = None) -> list[float]:
+    """draft_seconds for every m in 0..n (at least): element m is the expected seconds to produce m tokens."""
     if level == 0:
-        return n * costs[0](1)
+        return [m * costs[0](1) for m in range(n + 1)]
     key = (level, gammas[:level])       # the levels below `level` use only these γs
     expected = memo.get(key) if memo is not None else None
     if expected is None:
@@ -167,7 +173,7 @@ def draft_seconds(costs: list[PassCost], alphas: list[float], gammas: tuple[int,
         expected.append(round_s + sum(p * expected[m - a - 1] for a, p in enumerate(emitted)))
     if memo is not None:
         memo[key] = expected
-    return expected[n]
+    return expected
 
 
 def copy_length(cost: PassCost, alpha: float, most: int) -> int:
@@ -200,13 +206,12 @@ def free_draft_seconds(cost: PassCost, alpha: float, most: int) -> tuple[float, 
 def choose(costs: list[PassCost], alphas: list[float], allowed: list[range]) -> tuple[tuple[int, ...], float]:
     """The γs (one per verifier, from `allowed`) with the fewest predicted seconds per token (the first of a
     tie, in itertools.product's order), as seconds_per_token prices each. Per choice of the γs below the top
-    verifier's, the drafting seconds of every top γ are one table (draft_seconds' memo), read instead of
+    verifier's, the drafting seconds of every top γ are one table (draft_table), read instead of
     recomputed: the tuner chooses in most rounds, and a call per pair of γs took ~0.2 ms (round 50)."""
     memo, costs = {}, [functools.cache(c) for c in costs]   # each pass cost is interpolated once per T
     top, most, best = len(costs) - 1, max(allowed[-1]), None
     for lower in itertools.product(*allowed[:-1]):
-        draft_seconds(costs, alphas, lower + (most,), top - 1, most, memo)   # fills the table (level >= 1)
-        table = memo[(top - 1, lower)] if top > 1 else [n * costs[0](1) for n in range(most + 1)]   # [most + 1]
+        table = draft_table(costs, alphas, lower + (most,), top - 1, most, memo)   # [>= most + 1]
         for g in allowed[-1]:
             seconds = round_seconds(costs[top], alphas[-1], g, table[g])
             if best is None or seconds < best[1]:
