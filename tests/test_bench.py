@@ -65,7 +65,8 @@ def test_smoke_suite_writes_every_file(tiny_pair, tmp_path, capsys):
         assert ms["min"] <= ms["median"] <= ms["max"] and len(ms["all"]) == row["repeats"]
         ar = next(r for r in modes["rows"] if r["mode"] == "ar" and r["temperature"] == row["temperature"]
                   and r["context"] == row["context"])
-        assert row["speedup_vs_ar"] == pytest.approx(ar["ms_per_token"]["median"] / ms["median"], rel=1e-2)
+        assert row["speedup_vs_ar"] == pytest.approx(ar["ms_per_token"]["median"] / ms["median"],
+                                                     rel=1e-2, abs=5e-4)   # stored to 3 decimals
     triforce = next(r for r in modes["rows"] if r["mode"] == "triforce")
     assert set(triforce["acceptance"]) <= {"retrieval", "target"} and triforce["tokens_per_target_pass"] >= 1
     peers = json.loads((out / "peers.json").read_text())
