@@ -71,6 +71,20 @@ def accept(
     return num_accepted, sample_excess(p_next, q_next, generator)       # sample() normalizes
 
 
+def accept_greedy(draft_tokens: list[int], target_best: list[int]) -> tuple[int, int]:
+    """accept() at temperature 0, where every distribution is one-hot: p_i at target_best[i] (the
+    verifier's argmax, K + 1 of them) and q_i at draft_tokens[i] (a greedy proposer drafts its own
+    argmax; a context copy is one-hot by definition). A draft passes iff u * q_i(x_i) = u < p_i(x_i),
+    that is iff it is the verifier's argmax; the residual max(0, p_i - q_i) at the first miss, and
+    p_K after K passes, are one-hot at the verifier's argmax. So the drafts up to the first miss are
+    accepted and the verifier's argmax follows. No uniforms are drawn (nothing at T = 0 reads them).
+    Returns (accepted count n, the next token)."""
+    n = 0
+    while n < len(draft_tokens) and draft_tokens[n] == target_best[n]:
+        n += 1
+    return n, target_best[n]
+
+
 def emitted_tokens(
     draft_tokens: torch.Tensor,
     num_accepted: torch.Tensor,

@@ -68,6 +68,19 @@ def top_probability(logits: torch.Tensor) -> torch.Tensor:
     return top_probability_reference(logits)
 
 
+def greedy_tokens(logits: torch.Tensor) -> list[int]:
+    """Each row's token at temperature 0: the first index of its maximum (a NaN wins), where
+    probs_from_logits puts its one-hot. On a CPU one native read of the row, nothing [N, V] written.
+
+    # logits  [N, V] any float dtype
+    # returns N token ids
+    """
+    flat = logits.float()
+    kernel = _native_sampling(flat)
+    best = kernel.argmax_rows(flat) if kernel is not None else flat.argmax(dim=-1)
+    return best.tolist()
+
+
 def top_probability_reference(logits: torch.Tensor) -> torch.Tensor:
     """top_probability in torch ops (any device). logits [..., V] float32 -> [...]"""
     return torch.softmax(logits, dim=-1).amax(dim=-1)

@@ -24,14 +24,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from triforce.runtime.accept import accept
+from triforce.runtime.accept import accept, accept_greedy
 from triforce.runtime.cache import KVCache
 from triforce.runtime.decode import pass_timed
 from triforce.runtime.graphs import GraphedForward
 from triforce.runtime.lookup import MAX_TOKENS, NGRAM, TARGET_MATCH, ContextLookup
 from triforce.runtime.model import Transformer
 from triforce.runtime.quant import weight_bytes
-from triforce.runtime.sampling import SamplingParams, probs_from_logits, top_probability
+from triforce.runtime.sampling import SamplingParams, greedy_tokens, probs_from_logits, top_probability
 
 
 @dataclass
@@ -125,7 +125,7 @@ class Level:
         self.counts_rows = getattr(model, "counts_rows", False)  # last_only=n gives n rows (Transformer)
         self.weights = getattr(model, "weights", "same")   # same | int8 | int4 (+vocabN): runtime/quant.py
         self.weight_bytes = weight_bytes(model)             # bytes of weights one pass reads
-        self.last = None             # (logits [k, V], probs [k, V]) of the last probs() call (confidences)
+        self.last = None             # (logits [k, V], probs [k, V] or None at T = 0) of the last round (confidences)
 
     def feed(self, seq: "list[int] | Seq", keep_last: int = 0) -> torch.Tensor | None:
         """Makes the cache hold seq; returns the logits of its last `keep_last` positions [k, V]."""
@@ -166,11 +166,17 @@ class Level:
         self.last = (logits, probs)
         return probs
 
+    def greedy_tokens(self, seq: "list[int] | Seq", k: int) -> list[int]:
+        """probs() at temperature 0, as the tokens its one-hot rows are at: [k] token ids."""
+        logits = self.feed(seq, keep_last=k)
+        self.last = (logits, None)
+        return greedy_tokens(logits)
+
     def confidences(self, n: int) -> list[float]:
         """How sure this level was of the first n tokens its last round emitted (top_probabilities
         of their rows). Extension (below) reads them."""
         logits, probs = self.last
-        return top_probabilities(logits[:n], probs[:n], self.params.greedy).tolist()
+        return top_probabilities(logits[:n], None if probs is None else probs[:n], self.params.greedy).tolist()
 
     def commit(self, committed: list[int]) -> None:
         """Records how much of the cache the committed sequence confirms (keeps lookups short and
@@ -187,7 +193,7 @@ class Level:
 def top_probabilities(logits: torch.Tensor, probs: torch.Tensor, greedy: bool) -> torch.Tensor:
     """How sure a level is of the token it draws at each row: the largest probability of the
     distribution it draws from (greedy: of the softmax of the logits at temperature 1, as a
-    one-hot row says nothing). logits, probs [n, V] -> [n]."""
+    one-hot row says nothing; a greedy level keeps no probs). logits, probs [n, V] -> [n]."""
     if not greedy:
         return probs.amax(-1)
     return top_probability(logits)
@@ -221,14 +227,18 @@ def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", 
     else:
         drafted, q = draft(stack[:-1], gammas, seq, k, generator, lookup, extend) if k else ([], None)
         k = len(drafted)                                                    # k, or more where extended
-    p = top.probs(seq + drafted, k + 1)                                     # [k+1, V]
-    if copied:   # q one-hot at each copied token
-        q = torch.zeros_like(p[:k]).scatter_(1, torch.tensor(copied, device=p.device)[:, None], 1.0)
-    if k:
-        num, nxt = accept(torch.tensor([drafted], device=p.device), q[None], p[None], generator)
-    else:  # nothing drafted: plain sampling from the top level
-        num, nxt = accept(torch.zeros(1, 0, dtype=torch.long, device=p.device), p[None, :0], p[None], generator)
-    num = int(num[0])  # host sync: the sequence is bookkept on the host
+    if top.params.greedy:   # every distribution one-hot: the rule reads each row's argmax alone
+        num, nxt = accept_greedy(drafted, top.greedy_tokens(seq + drafted, k + 1))
+        p = None
+    else:
+        p = top.probs(seq + drafted, k + 1)                                 # [k+1, V]
+        if copied:   # q one-hot at each copied token
+            q = torch.zeros_like(p[:k]).scatter_(1, torch.tensor(copied, device=p.device)[:, None], 1.0)
+        if k:
+            num, nxt = accept(torch.tensor([drafted], device=p.device), q[None], p[None], generator)
+        else:  # nothing drafted: plain sampling from the top level
+            num, nxt = accept(torch.zeros(1, 0, dtype=torch.long, device=p.device), p[None, :0], p[None], generator)
+        num, nxt = int(num[0]), int(nxt[0])  # host sync: the sequence is bookkept on the host
     if copied:
         top.stats.copied += k
         top.stats.copied_accepted += num
@@ -245,7 +255,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", 
             tested = extend.sure(min(num + 1, k))
             top.stats.sure += sum(tested)
             top.stats.sure_accepted += sum(tested[:num])
-    return drafted[:num] + [int(nxt[0])], p[:num + 1]
+    return drafted[:num] + [nxt], None if p is None else p[:num + 1]
 
 
 def draft(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", n: int,
@@ -263,7 +273,7 @@ def draft(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", n: int,
         rows.append(p)
         if extend is not None:
             extend.seen += stack[-1].confidences(len(new))
-    return tokens, torch.cat(rows)
+    return tokens, None if rows[0] is None else torch.cat(rows)   # greedy: no distributions (verify_round)
 
 
 @dataclass

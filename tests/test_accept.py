@@ -8,7 +8,7 @@ checks it. Seeds are fixed; the thresholds leave margins of many standard errors
 import pytest
 import torch
 
-from triforce.runtime.accept import accept, emitted_tokens
+from triforce.runtime.accept import accept, accept_greedy, emitted_tokens
 from triforce.runtime.sampling import SamplingParams, probs_from_logits, sample
 
 GREEDY = SamplingParams()
@@ -127,6 +127,27 @@ def test_greedy_levels_give_exact_argmax_decoding():
     assert torch.equal(n, expected_n)
     assert torch.equal(nxt, target_logits.argmax(-1)[torch.arange(B), expected_n])
     assert 0 < (n == K).sum() < B and (n == 0).any()                       # all cases exercised
+
+
+def test_accept_greedy_is_accept_on_one_hot_distributions():
+    """accept_greedy (what verify_round runs at T = 0, reading argmaxes only) gives accept()'s
+    counts and tokens on the one-hot rows probs_from_logits makes at T = 0, copies included (a
+    draft that is not the proposer's argmax but one-hot by definition), ties and NaN rows too."""
+    from triforce.runtime.sampling import greedy_tokens
+    B, K, V = 400, 5, 8
+    g = torch.Generator().manual_seed(5)
+    target_logits = torch.randint(0, 4, (B, K + 1, V), generator=g).float()   # many ties: first index wins
+    target_logits[7, 2, 3] = float("nan")                                      # a NaN wins its row
+    drafted = torch.where(torch.rand(B, K, generator=g) < 0.7, target_logits[:, :K].argmax(-1),
+                          torch.randint(0, V, (B, K), generator=g))
+    q = torch.nn.functional.one_hot(drafted, V).float()                         # a greedy proposer's or a copy's
+    p = probs_from_logits(target_logits, GREEDY)
+    n, nxt = accept(drafted, q, p, g)
+    for b in range(B):
+        best = greedy_tokens(target_logits[b])
+        assert best == target_logits[b].argmax(-1).tolist()
+        assert accept_greedy(drafted[b].tolist(), best) == (int(n[b]), int(nxt[b])), b
+    assert 0 < (n == K).sum() < B and (n == 0).any()
 
 
 def test_accept_is_reproducible_for_a_seed():

@@ -361,14 +361,22 @@ def test_per_token_acceptance_is_unbiased_where_drafted_over_accepted_is_not():
     assert stats.accepted / stats.drafted < 0.8
 
 
-def test_verify_round_counts_rejections():
-    """One rejection per round that ends at a rejected token, none for a round accepting all."""
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_verify_round_counts_rejections(temperature):
+    """One rejection per round that ends at a rejected token, none for a round accepting all; by the
+    rule on distributions (T > 0) and by the argmaxes alone (T = 0: accept_greedy)."""
+    from triforce.runtime.sampling import SamplingParams
     from triforce.runtime.speculate import verify_round
     class Table:   # a level whose distribution after any prefix is one-hot at a fixed token
+        params = SamplingParams(temperature=temperature)
         def __init__(self, name, token):
             self.name, self.token, self.stats = name, token, LevelStats()
         def probs(self, seq, k):
+            assert temperature > 0
             return torch.nn.functional.one_hot(torch.full((k,), self.token), 5).float()
+        def greedy_tokens(self, seq, k):
+            assert temperature == 0
+            return [self.token] * k
     gen = torch.Generator().manual_seed(0)
     agree, disagree = [Table("d", 1), Table("t", 1)], [Table("d", 2), Table("t", 1)]
     tokens, _ = verify_round(agree, [3], [0], 3, gen)

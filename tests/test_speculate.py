@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import triforce.runtime.speculate as speculate
-from triforce.runtime.sampling import residual, sample
+from triforce.runtime.sampling import SamplingParams, residual, sample
 from triforce.runtime.speculate import Extension, LevelStats, SpecDecoder
 
 V = 4
@@ -14,12 +14,16 @@ V = 4
 class ForcedLevel:
     """A level whose next-token distribution is a fixed function of the previous token."""
 
-    def __init__(self, name: str, table: torch.Tensor):
+    def __init__(self, name: str, table: torch.Tensor, temperature: float = 1.0):
         self.name, self.table, self.stats = name, table, LevelStats()
+        self.params = SamplingParams(temperature=temperature)     # T = 0: verify_round reads greedy_tokens
 
     def probs(self, seq: list[int], k: int) -> torch.Tensor:
         self.last = self.table[torch.tensor(seq[-k:])]            # [k, V]
         return self.last
+
+    def greedy_tokens(self, seq: list[int], k: int) -> list[int]:  # as Level.greedy_tokens: probs' argmaxes
+        return self.probs(seq, k).argmax(-1).tolist()
 
     def confidences(self, n: int) -> list[float]:                 # as Level.confidences (sampled rows)
         return self.last[:n].amax(-1).tolist()
@@ -145,8 +149,8 @@ def test_the_reference_middle_level_rule_fails_this_test(monkeypatch):
 @pytest.mark.parametrize("gammas, extend", [([2, 4], None), ([1, 2], Extension(0.9, cap=6))])
 def test_greedy_stack_is_the_target_argmax(gammas, extend):
     one_hot = lambda t: torch.nn.functional.one_hot(t.argmax(-1), V).float()
-    stack = [ForcedLevel("drafter", one_hot(Q1)), ForcedLevel("retrieval", one_hot(Q2)),
-             ForcedLevel("target", one_hot(P))]
+    stack = [ForcedLevel("drafter", one_hot(Q1), 0.0), ForcedLevel("retrieval", one_hot(Q2), 0.0),
+             ForcedLevel("target", one_hot(P), 0.0)]
     decoder = SpecDecoder(stack, gammas, [0], torch.Generator().manual_seed(0), extend=extend)
     out = []
     while len(out) < 20:

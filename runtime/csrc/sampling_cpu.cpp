@@ -274,6 +274,21 @@ at::Tensor top_probability_rows(at::Tensor logits) {
   return out;
 }
 
+// logits [N, V] fp32 -> [N] int64: each row's first index of its maximum (a NaN wins), the token a
+// greedy level draws (runtime.sampling.greedy_tokens; its torch twin is argmax(-1)). One read of the
+// row, where the one-hot distribution wrote [N, V] and the acceptance rule read it back.
+at::Tensor argmax_rows(at::Tensor logits) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
+              "argmax_rows: logits [N, V > 0] fp32 expected, got ", logits.sizes(), " ", logits.scalar_type());
+  logits = logits.contiguous();
+  const int64_t N = logits.size(0), V = logits.size(1);
+  auto out = at::empty({N}, logits.options().dtype(at::kLong));
+  const float* x = logits.data_ptr<float>();
+  int64_t* best = out.data_ptr<int64_t>();
+  for (int64_t n = 0; n < N; ++n) best[n] = argmax_row(x + n * V, V);
+  return out;
+}
+
 // Sum in fp64 of the weights w[i] of [lo, hi): w = max(0, p - q) when q is given, else p.
 inline double weight_sum(const float* p, const float* q, int64_t lo, int64_t hi) {
   double sum = 0.0;
@@ -391,6 +406,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("accept_rows", &accept_rows, "runtime.accept.accept for fp32 CPU rows, given its uniforms: (accepted count, "
         "next token)", py::arg("draft_tokens"), py::arg("draft_probs"), py::arg("target_probs"), py::arg("u"),
         py::arg("u_next"));
+  m.def("argmax_rows", &argmax_rows, "logits [N, V] fp32 -> [N] int64: each row's first index of its maximum "
+        "(a NaN wins, as in torch.argmax)", py::arg("logits"));
   m.def("top_probability_rows", &top_probability_rows, "logits [N, V] fp32 -> [N]: each row's largest softmax "
         "probability", py::arg("logits"));
   m.def("has_avx512_bf16", &has_avx512_bf16, "whether the AVX-512 paths were compiled in");
