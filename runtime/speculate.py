@@ -217,7 +217,8 @@ def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", 
     where `lookup` finds seq's end earlier in seq, the tokens that followed there (at most `room`,
     q one-hot: lookup.py). `extend`: the proposals may go on past k while the level below is sure
     of them (Extension). Returns the emitted tokens (accepted + recovered/bonus, 1..k+1 of them,
-    k as proposed) and stack[-1]'s distributions at each [n, V]."""
+    k as proposed) and stack[-1]'s distributions at each [n, V] (None at T = 0: a greedy round reads
+    each row's argmax alone, accept.accept_greedy)."""
     top = stack[-1]
     copied = lookup.copy(seq, room, TARGET_MATCH if top.name == "target" else NGRAM) \
         if lookup is not None and len(stack) > 1 else []
@@ -261,7 +262,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", 
 def draft(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", n: int,
           generator: torch.Generator, lookup: ContextLookup | None = None,
           extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
-    """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V];
+    """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V] (None at T = 0);
     more (up to extend.cap) while extend says stack[-1] is sure enough of the last one.
     gammas[i] is how many tokens stack[i] proposes per round to stack[i + 1]."""
     tokens, rows = [], []
