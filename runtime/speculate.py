@@ -212,7 +212,7 @@ def shared_prefix(a, b, start: int = 0) -> int:
 
 def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", k: int,
                  generator: torch.Generator, lookup: ContextLookup | None = None,
-                 room: int = 0, extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
+                 room: int = 0, extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor | None]:
     """One round of stack[-1]: the levels below propose k tokens, stack[-1] verifies them; or,
     where `lookup` finds seq's end earlier in seq, the tokens that followed there (at most `room`,
     q one-hot: lookup.py). `extend`: the proposals may go on past k while the level below is sure
@@ -261,7 +261,7 @@ def verify_round(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", 
 
 def draft(stack: list[Level], gammas: list[int], seq: "list[int] | Seq", n: int,
           generator: torch.Generator, lookup: ContextLookup | None = None,
-          extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor]:
+          extend: "Extension | None" = None) -> tuple[list[int], torch.Tensor | None]:
     """n tokens after seq, sampled as stack[-1] would, with stack[-1]'s distributions [n, V] (None at T = 0);
     more (up to extend.cap) while extend says stack[-1] is sure enough of the last one.
     gammas[i] is how many tokens stack[i] proposes per round to stack[i + 1]."""
