@@ -71,6 +71,9 @@ m, a = main["stats"]["ms_per_token"], ar["stats"]["ms_per_token"]
 print(f"[demo] decode: {main['mode']} {m:.1f} ms/token, ar {a:.1f} ms/token: {main['mode']} is {a / m:.2f}x "
       f"the speed of ar (prompt {main['prompt_tokens']} tokens, {main['stats']['new_tokens']} and "
       f"{ar['stats']['new_tokens']} tokens generated)", file=sys.stderr)
+same = main["token_ids"] == ar["token_ids"]
+print(f"[demo] the two texts are {'the same tokens' if same else 'different samples'}"
+      f"{': greedy TriForce is lossless' if same else ' (T > 0 draws differ between modes)'}", file=sys.stderr)
 PYEOF
     rm -rf "$out"
     ;;
