@@ -69,7 +69,8 @@ REFRESH_ROUNDS = 8          # rounds between rescalings of the probed costs by t
 # of the time and those at 0.9-0.99 0.81-0.95. At 7K T = 0.6, ten requests each (one process): 8.63 ms/token
 # without extension, 8.01 at 0.9, 6.88 at 0.99 (medians). Greedy, end to end (round 51, bar_ab.py, one process):
 # 0.6 against 0.9 cut the target's passes 55 -> 43 at 32K (81% of the extra drafts passed; 20.34 -> 18.57
-# ms/token) and 19 -> 17 at 7K (every one passed; 6.64 -> 6.42); 0.7 gained less, 0.5 and 0.4 less again.
+# ms/token with the host's memory slow, a tie with it fast, where the middle level's extra passes cost what the
+# target's saved ones did) and 19 -> 17 at 7K (every one passed; 6.64 -> 6.42); 0.7, 0.5 and 0.4 gained less.
 EXTEND_CONFIDENCE = {"greedy": 0.6, "sampled": 0.99}
 EXTEND_PRIOR = 0.9          # an extension token's chance to pass before any has been tested ...
 EXTEND_UNIT = 4             # ... and the drafting cost of one priced as that of EXTEND_UNIT tokens / EXTEND_UNIT
