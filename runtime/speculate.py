@@ -188,8 +188,6 @@ class Level:
         return shared_prefix(self.cached, seq, self.safe)
 
 
-
-
 def top_probabilities(logits: torch.Tensor, probs: torch.Tensor, greedy: bool) -> torch.Tensor:
     """How sure a level is of the token it draws at each row: the largest probability of the
     distribution it draws from (greedy: of the softmax of the logits at temperature 1, as a

@@ -256,14 +256,19 @@ at::Tensor probs_rows(at::Tensor logits, double temperature, double top_p) {
   return out;
 }
 
+// The row reductions' input: logits [N, V > 0] fp32, contiguous (op names the caller in the error).
+at::Tensor logit_rows(const at::Tensor& logits, const char* op) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
+              op, ": logits [N, V > 0] fp32 expected, got ", logits.sizes(), " ", logits.scalar_type());
+  return logits.contiguous();
+}
+
 // logits [N, V] fp32 -> [N] fp32: each row's largest probability under softmax(logits), 1 / sum(exp(x - max))
 // (runtime.sampling.top_probability; its torch twin is softmax(...).amax(-1)). One read of the row and
 // no [N, V] written: a greedy level's confidence in its drafts (speculate.Extension), which a
 // softmax written out and read back cost ~0.1 ms a row in the decode loop (docs/BENCHMARKS.md, round 50).
 at::Tensor top_probability_rows(at::Tensor logits) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
-              "top_probability_rows: logits [N, V > 0] fp32 expected, got ", logits.sizes(), " ", logits.scalar_type());
-  logits = logits.contiguous();
+  logits = logit_rows(logits, "top_probability_rows");
   const int64_t N = logits.size(0), V = logits.size(1);
   auto out = at::empty({N}, logits.options());
   const float* x = logits.data_ptr<float>();
@@ -278,9 +283,7 @@ at::Tensor top_probability_rows(at::Tensor logits) {
 // greedy level draws (runtime.sampling.greedy_tokens; its torch twin is argmax(-1)). One read of the
 // row, where the one-hot distribution wrote [N, V] and the acceptance rule read it back.
 at::Tensor argmax_rows(at::Tensor logits) {
-  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.size(1) > 0,
-              "argmax_rows: logits [N, V > 0] fp32 expected, got ", logits.sizes(), " ", logits.scalar_type());
-  logits = logits.contiguous();
+  logits = logit_rows(logits, "argmax_rows");
   const int64_t N = logits.size(0), V = logits.size(1);
   auto out = at::empty({N}, logits.options().dtype(at::kLong));
   const float* x = logits.data_ptr<float>();
